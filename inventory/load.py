@@ -1,0 +1,287 @@
+"""Read `cluster.yaml`, validate it, and resolve it into an `Inventory`.
+
+Every mistake becomes one `InventoryError` naming file, line and key and saying what to write
+instead. Type and key checks come from the pydantic schema; the checks that need the whole file
+(duplicate hosts, repeated GPUs, port clashes, names of hosts that do not exist) are here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from tfctl.inventory import model, schema
+from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.hostfile import read_hostfile
+from tfctl.inventory.yamlmarks import PathKey, format_path, load_with_lines
+
+DEFAULT_INVENTORY = "cluster.yaml"
+BUILTIN_DEFAULTS = {
+    "known_hosts": "~/.ssh/known_hosts",
+    "workdir": "~/tfctl/{name}",
+    "python": "python3",
+}
+
+
+def load_inventory(path: str | os.PathLike[str], hostfile: str | None = None) -> model.Inventory:
+    """Load and resolve an inventory file; `hostfile` replaces its host list if given."""
+    filename = str(path)
+    text = _read_text(filename)
+    return parse_inventory(text, filename, hostfile=hostfile)
+
+
+def _read_text(filename: str) -> str:
+    p = Path(filename)
+    hint = "create one with `tfctl init`, or pass -i FILE / set TFCTL_INVENTORY"
+    if not p.exists():
+        raise InventoryError(filename, None, "", "no such file", hint)
+    if p.is_dir():
+        raise InventoryError(filename, None, "", "is a directory, not an inventory file",
+                             f"pass the YAML file inside it, e.g. {p / DEFAULT_INVENTORY}")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InventoryError(filename, None, "", f"cannot be read ({exc.strerror})",
+                             "check the file's permissions") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InventoryError(filename, line, "", "is not UTF-8 text",
+                             "save the inventory as UTF-8 YAML") from None
+
+
+def parse_inventory(text: str, filename: str = DEFAULT_INVENTORY,
+                    hostfile: str | None = None) -> model.Inventory:
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise InventoryError(filename, line, "", "contains binary data (a NUL byte)",
+                             "an inventory is a YAML text file")
+    try:
+        data, lines = load_with_lines(text, filename)
+    except RecursionError:
+        raise InventoryError(filename, 1, "", "is nested too deeply (or an alias refers to "
+                             "itself)", "flatten the structure") from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise InventoryError(filename, lines.get((), 1), "", f"the file is {kind}, not a mapping",
+                             "start from `tfctl init` (keys: name, defaults, hosts, job)")
+    spec = _validate(data, lines, filename)
+    return _Resolver(spec, lines, filename, hostfile).inventory()
+
+
+def _validate(data: dict[str, Any], lines: Mapping[PathKey, int], filename: str) -> schema.FileSpec:
+    try:
+        return schema.FileSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, lines, filename) from None
+
+
+def _first_error(exc: ValidationError, lines: Mapping[PathKey, int], filename: str) -> InventoryError:
+    # pydantic reports each branch of a union separately; the first error is the clearest one.
+    err = exc.errors(include_url=False)[0]
+    loc = _clean_loc(err["loc"])
+    line = _line_for(loc, lines)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return InventoryError(filename, line, format_path(loc), "unknown key",
+                              _unknown_key_hint(loc, err))
+    if kind == "missing":
+        return InventoryError(filename, _line_for(loc[:-1], lines), format_path(loc),
+                              "this key is required", _missing_hint(loc))
+    message = err["msg"].replace("Value error, ", "")
+    return InventoryError(filename, line, format_path(loc), f"{message} (got {err['input']!r})",
+                          _type_hint(loc))
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> PathKey:
+    # Union branches add their type name to the location (`int`, `list[int]`, `SyncSpec`...).
+    return tuple(p for p in loc if isinstance(p, int) or not _looks_like_type(p))
+
+
+def _looks_like_type(part: str) -> bool:
+    return part in {"int", "str", "bool", "float", "list[int]", "literal['ssh','local']"} or \
+        part.endswith("Spec") or part.startswith(("literal[", "list[", "dict[")) or \
+        part.startswith("function-")
+
+
+def _line_for(loc: PathKey, lines: Mapping[PathKey, int]) -> int | None:
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "": schema.FileSpec, "defaults": schema.DefaultsSpec, "hosts": schema.HostSpec,
+    "job": schema.JobSpec, "evaluator": schema.EvaluatorSpec,
+    "tensorboard": schema.TensorBoardSpec, "ports": schema.PortsSpec, "sync": schema.SyncSpec,
+    "restart": schema.RestartSpec,
+}
+
+
+def _unknown_key_hint(loc: PathKey, err: Mapping[str, Any]) -> str:
+    parent = next((p for p in reversed(loc[:-1]) if isinstance(p, str)), "")
+    model_cls = _MODELS.get(parent, schema.FileSpec)
+    known = sorted(model_cls.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if close:
+        return f"did you mean `{close[0]}`? (allowed here: {', '.join(known)})"
+    return f"remove it; allowed here: {', '.join(known)}"
+
+
+_EXAMPLES = {
+    "gpus": "write a count (`gpus: 4`), a list of indices (`gpus: [0, 2]`) or 0 for CPU only",
+    "port": "write a number, e.g. `port: 22`",
+    "ps": "write how many parameter servers run on this host, e.g. `ps: 1` (0 allowed)",
+    "env": 'write a mapping of strings, e.g. `env: {TF_CPP_MIN_LOG_LEVEL: "1"}`',
+    "args": "write a list of strings, e.g. `args: [--batch_size=32]`",
+    "style": "write `style: tf_config` or `style: flags`",
+    "workers": "write `workers: per_gpu` or `workers: per_host`",
+    "chief": "write `chief: true` (first host), `chief: false`, or a host name",
+    "sync": "write `sync: false` or a mapping like `sync: {source: ., exclude: [.git]}`",
+    "transport": "write `transport: ssh` or `transport: local`",
+    "name": "use letters, digits, `_`, `.` and `-` (starting with a letter or digit)",
+    "hosts": "write a list of host mappings, e.g. `hosts: [{name: titan, gpus: 4}]`",
+}
+
+
+def _type_hint(loc: PathKey) -> str:
+    key = next((p for p in reversed(loc) if isinstance(p, str)), "")
+    if key in _EXAMPLES:
+        return _EXAMPLES[key]
+    if key in {"ps", "worker", "chief"} and "ports" in loc:
+        return "write a port number from 1 to 65535"
+    return "see the inventory format in README.md"
+
+
+def _missing_hint(loc: PathKey) -> str:
+    key = loc[-1]
+    hints = {"job": "add a `job:` section with at least `script: train.py`",
+             "script": "add `script: train.py` (relative to the synced folder)",
+             "name": "add `name: <something>`", "host": "add `host: <one of the hosts' names>`"}
+    return hints.get(str(key), f"add `{key}:`")
+
+
+class _Resolver:
+    """Merges defaults into hosts and checks what only the whole file can show."""
+
+    def __init__(self, spec: schema.FileSpec, lines: Mapping[PathKey, int], filename: str,
+                 hostfile: str | None):
+        self.spec = spec
+        self.lines = lines
+        self.filename = filename
+        self.hostfile = hostfile or spec.hostfile
+
+    def error(self, loc: PathKey, message: str, hint: str) -> InventoryError:
+        return InventoryError(self.filename, _line_for(loc, self.lines), format_path(loc),
+                              message, hint)
+
+    def inventory(self) -> model.Inventory:
+        host_specs = self._host_specs()
+        if not host_specs:
+            raise self.error(("hosts",), "no hosts", "list at least one host under `hosts:`")
+        hosts = tuple(self._host(i, h) for i, h in enumerate(host_specs))
+        self._check_unique_names(host_specs)
+        job = self._job({h.name for h in hosts}, hosts)
+        inv = model.Inventory(name=self.spec.name, hosts=hosts, job=job, path=self.filename)
+        from tfctl.inventory.checks import check_ports
+
+        check_ports(inv, self.error)
+        return inv
+
+    def _host_specs(self) -> list[schema.HostSpec]:
+        if not self.hostfile:
+            return list(self.spec.hosts)
+        base = os.path.dirname(os.path.abspath(self.filename))
+        path = os.path.join(base, os.path.expanduser(self.hostfile))
+        return [schema.HostSpec(**entry) for entry in read_hostfile(path)]
+
+    def _host(self, i: int, h: schema.HostSpec) -> model.Host:
+        d = self.spec.defaults
+        gpus = self._gpus(i, h.gpus)
+
+        def pick(key: str) -> Any:
+            value = getattr(h, key)
+            return value if value is not None else getattr(d, key)
+
+        env = dict(d.env or {})
+        env.update(h.env or {})
+        workdir = pick("workdir") or BUILTIN_DEFAULTS["workdir"].format(name=self.spec.name)
+        transport = pick("transport") or "ssh"
+        return model.Host(
+            name=h.name, address=h.address or h.name, user=pick("user"), port=pick("port"),
+            identity_file=pick("identity_file"),
+            known_hosts=pick("known_hosts") or BUILTIN_DEFAULTS["known_hosts"],
+            jump=pick("jump"), workdir=workdir, python=pick("python") or "python3", env=env,
+            gpus=gpus, ps=h.ps, transport=transport, shared_fs=h.shared_fs,
+            line=self.lines.get(("hosts", i), 0),
+        )
+
+    def _gpus(self, i: int, value: int | list[int]) -> tuple[int, ...]:
+        if isinstance(value, int):
+            return tuple(range(value))
+        seen: set[int] = set()
+        for g in value:
+            if g in seen:
+                raise self.error(("hosts", i, "gpus"), f"GPU index {g} is listed twice",
+                                 f"list each GPU once, e.g. gpus: {sorted(set(value))}")
+            seen.add(g)
+        return tuple(value)
+
+    def _check_unique_names(self, hosts: list[schema.HostSpec]) -> None:
+        seen: dict[str, int] = {}
+        for i, h in enumerate(hosts):
+            if h.name in seen:
+                raise self.error(("hosts", i, "name"),
+                                 f"host name {h.name!r} is already used by hosts[{seen[h.name]}]",
+                                 "give every host a unique name (the address may repeat)")
+            seen[h.name] = i
+
+    def _job(self, names: set[str], hosts: tuple[model.Host, ...]) -> model.Job:
+        j = self.spec.job
+        chief = self._chief(j, names, hosts)
+        evaluator = tensorboard = None
+        if j.evaluator is not None:
+            self._known_host(("job", "evaluator", "host"), j.evaluator.host, names)
+            evaluator = model.Evaluator(j.evaluator.host, j.evaluator.script,
+                                        tuple(j.evaluator.args))
+        if j.tensorboard is not None:
+            self._known_host(("job", "tensorboard", "host"), j.tensorboard.host, names)
+            tb = j.tensorboard
+            tensorboard = model.TensorBoard(tb.host, tb.logdir, tb.port)
+        sync = (model.Sync(enabled=False) if j.sync is False
+                else model.Sync(True, j.sync.source, tuple(j.sync.exclude)))
+        r = j.restart
+        restart = model.RestartPolicy(
+            policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff)
+        return model.Job(
+            script=j.script, args=tuple(j.args), style=j.style, workers=j.workers, chief=chief,
+            evaluator=evaluator, tensorboard=tensorboard,
+            ports=model.Ports(j.ports.ps, j.ports.worker, j.ports.chief), sync=sync,
+            setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
+        )
+
+    def _chief(self, j: schema.JobSpec, names: set[str],
+               hosts: tuple[model.Host, ...]) -> str | None:
+        if j.chief is False:
+            return None
+        if j.style == "flags":
+            raise self.error(("job", "chief"), "a chief task exists only with `style: tf_config`",
+                             "remove `chief:` (with flags, worker 0 is the chief)")
+        if j.chief is True:
+            return hosts[0].name
+        self._known_host(("job", "chief"), j.chief, names)
+        return j.chief
+
+    def _known_host(self, loc: PathKey, name: str, names: set[str]) -> None:
+        if name not in names:
+            close = difflib.get_close_matches(name, sorted(names), n=1)
+            hint = f"did you mean `{close[0]}`?" if close else \
+                f"use one of: {', '.join(sorted(names))}"
+            raise self.error(loc, f"no host is named {name!r}", hint)

@@ -1,0 +1,130 @@
+"""The resolved inventory: immutable records with every default already applied.
+
+The loader (`load.py`) validates the YAML with the schema in `schema.py` and merges each host
+with `defaults`; everything downstream (plan, remote, UI) reads only these records, so no other
+module ever has to know which value was inherited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Style = Literal["tf_config", "flags"]
+WorkerLayout = Literal["per_gpu", "per_host"]
+Transport = Literal["ssh", "local"]
+RestartMode = Literal["never", "on-failure", "always"]
+TASK_TYPES = ("ps", "worker", "chief", "evaluator", "tensorboard")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine of the lab, with its SSH settings and what runs on it."""
+
+    name: str
+    """Unique; used in task names, logs and the UI."""
+    address: str
+    """IP, DNS name or ~/.ssh/config alias used to reach it (default: the name)."""
+    user: str | None
+    """SSH login; None means the current user or what ~/.ssh/config says."""
+    port: int | None
+    """SSH port; None means 22 or what ~/.ssh/config says."""
+    identity_file: str | None
+    known_hosts: str
+    """The known_hosts file host keys are verified against (and recorded in on opt-in)."""
+    jump: str | None
+    """A ProxyJump host (`user@bastion:22`), or None."""
+    workdir: str
+    """Where the code is synced and tasks run; may start with `~` (expanded on the host)."""
+    python: str
+    """The interpreter on the host that runs the tasks (often a venv's)."""
+    env: Mapping[str, str]
+    gpus: tuple[int, ...]
+    """Selected GPU indices; empty for a CPU-only host."""
+    ps: int
+    """Parameter servers started on this host."""
+    transport: Transport = "ssh"
+    shared_fs: bool = False
+    """True when this host sees the same filesystem as the first synced host (sync skips it)."""
+    line: int = 0
+    """Line of this host's entry in the inventory file, for messages."""
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    host: str
+    script: str
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TensorBoard:
+    host: str
+    logdir: str = "out"
+    port: int = 6006
+
+
+@dataclass(frozen=True)
+class Ports:
+    ps: int = 2222
+    worker: int = 2223
+    chief: int = 2220
+
+
+@dataclass(frozen=True)
+class Sync:
+    enabled: bool = True
+    source: str = "."
+    """Relative to the inventory file's folder."""
+    exclude: tuple[str, ...] = (".git", "out")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """What the host-side supervisor does when a task ends: per task type, with a shared cap."""
+
+    policies: Mapping[str, RestartMode] = field(default_factory=dict)
+    max: int = 3
+    backoff_s: float = 2.0
+
+    def for_type(self, task_type: str) -> RestartMode:
+        return self.policies.get(task_type, "never")
+
+
+@dataclass(frozen=True)
+class Job:
+    script: str
+    args: tuple[str, ...] = ()
+    style: Style = "tf_config"
+    workers: WorkerLayout = "per_gpu"
+    chief: str | None = None
+    """The host that runs `chief:0`, or None for no chief."""
+    evaluator: Evaluator | None = None
+    tensorboard: TensorBoard | None = None
+    ports: Ports = field(default_factory=Ports)
+    sync: Sync = field(default_factory=Sync)
+    setup: tuple[str, ...] = ()
+    setup_inputs: tuple[str, ...] = ()
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    name: str
+    hosts: tuple[Host, ...]
+    job: Job
+    path: str = "cluster.yaml"
+    """The file it was read from; sync sources and state files are relative to its folder."""
+
+    def host(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    @property
+    def base_dir(self) -> str:
+        import os.path
+
+        return os.path.dirname(os.path.abspath(self.path))

@@ -1,0 +1,123 @@
+"""The inventory file's schema, as pydantic models: what keys exist and what types they take.
+
+Validation only; the loader turns a validated `FileSpec` into the resolved records of `model.py`.
+Every model forbids unknown keys (a typo must not be silently ignored) and is strict about types
+(`port: "22"` is a mistake worth naming, not something to coerce quietly).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Port = int
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _check_port(value: int | None) -> int | None:
+    if value is not None and not 1 <= value <= 65535:
+        raise ValueError("a port is a number from 1 to 65535")
+    return value
+
+
+class SshSpec(_Strict):
+    """Keys a host may set itself or inherit from `defaults`."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    jump: str | None = None
+    workdir: str | None = None
+    python: str | None = None
+    env: dict[str, str] | None = None
+    transport: Literal["ssh", "local"] | None = None
+
+    _port = field_validator("port")(classmethod(lambda cls, v: _check_port(v)))
+
+
+class DefaultsSpec(SshSpec):
+    pass
+
+
+class HostSpec(SshSpec):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    address: str | None = Field(default=None, min_length=1)
+    gpus: int | list[int] = 0
+    ps: int = Field(default=1, ge=0, le=64)
+    shared_fs: bool = False
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: int | list[int]) -> int | list[int]:
+        if isinstance(value, int) and not 0 <= value <= 64:
+            raise ValueError("a GPU count is a number from 0 to 64")
+        if isinstance(value, list) and any(i < 0 for i in value):
+            raise ValueError("GPU indices are 0 or more")
+        return value
+
+
+class EvaluatorSpec(_Strict):
+    host: str
+    script: str = Field(min_length=1)
+    args: list[str] = []
+
+
+class TensorBoardSpec(_Strict):
+    host: str
+    logdir: str = "out"
+    port: int = 6006
+
+    _port = field_validator("port")(classmethod(lambda cls, v: _check_port(v)))
+
+
+class PortsSpec(_Strict):
+    ps: int = 2222
+    worker: int = 2223
+    chief: int = 2220
+
+    _ports = field_validator("ps", "worker", "chief")(classmethod(lambda cls, v: _check_port(v)))
+
+
+class SyncSpec(_Strict):
+    source: str = "."
+    exclude: list[str] = [".git", "out"]
+
+
+class RestartSpec(_Strict):
+    """Per task type restart policy: `{worker: on-failure, max: 3, backoff: 2}`."""
+
+    ps: Literal["never", "on-failure", "always"] = "never"
+    worker: Literal["never", "on-failure", "always"] = "never"
+    chief: Literal["never", "on-failure", "always"] = "never"
+    evaluator: Literal["never", "on-failure", "always"] = "never"
+    tensorboard: Literal["never", "on-failure", "always"] = "never"
+    max: int = Field(default=3, ge=0, le=1000)
+    backoff: float = Field(default=2.0, ge=0, le=3600)
+
+
+class JobSpec(_Strict):
+    script: str = Field(min_length=1)
+    args: list[str] = []
+    style: Literal["tf_config", "flags"] = "tf_config"
+    workers: Literal["per_gpu", "per_host"] = "per_gpu"
+    chief: bool | str = False
+    evaluator: EvaluatorSpec | None = None
+    tensorboard: TensorBoardSpec | None = None
+    ports: PortsSpec = PortsSpec()
+    sync: SyncSpec | Literal[False] = SyncSpec()
+    setup: list[str] = []
+    setup_inputs: list[str] = []
+    restart: RestartSpec = RestartSpec()
+
+
+class FileSpec(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    defaults: DefaultsSpec = DefaultsSpec()
+    hosts: list[HostSpec] = []
+    hostfile: str | None = None
+    job: JobSpec

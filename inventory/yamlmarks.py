@@ -1,0 +1,80 @@
+"""YAML → plain data plus the line of every key, so an error can say `FILE:LINE: key.path`.
+
+PyYAML's composer keeps a mark on every node; we walk the node tree ourselves (safe tags only)
+instead of using `safe_load`, which throws the marks away and silently keeps the last of two
+duplicate keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tfctl.inventory.errors import InventoryError
+
+PathKey = tuple[str | int, ...]
+
+
+def format_path(path: PathKey) -> str:
+    """`("hosts", 1, "gpus")` → `hosts[1].gpus`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def load_with_lines(text: str, filename: str) -> tuple[Any, dict[PathKey, int]]:
+    """Parse YAML text; return the data and a map from key path to its 1-based line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InventoryError(filename, line, "", f"not valid YAML: {problem}",
+                             "check the indentation and quoting on that line") from None
+    lines: dict[PathKey, int] = {}
+    if node is None:
+        return None, lines
+    data = _convert(node, (), lines, filename)
+    return data, lines
+
+
+def _convert(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], filename: str) -> Any:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _scalar(key_node, filename)
+            if not isinstance(key, str):
+                key = str(key)
+            child = (*path, key)
+            if key in out:
+                raise InventoryError(filename, key_node.start_mark.line + 1, format_path(child),
+                                     "this key appears twice in the same mapping",
+                                     "keep one of them")
+            lines[child] = key_node.start_mark.line + 1
+            out[key] = _convert(value_node, child, lines, filename)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(item, (*path, i), lines, filename) for i, item in enumerate(node.value)]
+    return _scalar(node, filename)
+
+
+def _scalar(node: yaml.Node, filename: str) -> Any:
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        raise InventoryError(filename, node.start_mark.line + 1, "",
+                             "a mapping or list cannot be used as a key", "use a plain name")
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    except yaml.YAMLError as exc:
+        raise InventoryError(filename, node.start_mark.line + 1, "",
+                             f"value cannot be read: {getattr(exc, 'problem', exc)}",
+                             "quote the value") from None
+    finally:
+        loader.dispose()

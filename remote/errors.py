@@ -1,0 +1,58 @@
+"""Remote failures as values that say, in one sentence, which host, what, and why.
+
+`RemoteError.__str__` is the message the CLI prints (no traceback); `detail` carries the
+command's last lines of output where there is one, as invoke's `UnexpectedExit` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RemoteError(Exception):
+    host: str
+    what: str
+    detail: str = ""
+    kind: str = "failed"
+    data: dict[str, object] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.what}"
+
+    def full(self) -> str:
+        """The message plus the output tail, indented, for printing."""
+        if not self.detail.strip():
+            return str(self)
+        tail = "\n".join("    " + line for line in self.detail.rstrip().splitlines())
+        return f"{self}\n{tail}"
+
+
+class HostUnreachable(RemoteError):
+    def __init__(self, host: str, what: str, detail: str = ""):
+        super().__init__(host, what, detail, kind="unreachable")
+
+
+class HostKeyRefused(RemoteError):
+    def __init__(self, host: str, what: str, detail: str = ""):
+        super().__init__(host, what, detail, kind="host_key")
+
+
+class AuthRefused(RemoteError):
+    def __init__(self, host: str, what: str, detail: str = ""):
+        super().__init__(host, what, detail, kind="auth")
+
+
+class CommandFailed(RemoteError):
+    """A remote command exited non-zero: the command, its status and its last lines."""
+
+    def __init__(self, host: str, command: str, exit_code: int, output_tail: str):
+        what = f"`{_short(command)}` exited {exit_code}"
+        super().__init__(host, what, output_tail, kind="command")
+        self.command = command
+        self.exit_code = exit_code
+
+
+def _short(command: str, limit: int = 120) -> str:
+    command = " ".join(command.split())
+    return command if len(command) <= limit else command[: limit - 1] + "…"

@@ -1,0 +1,216 @@
+"""SSH transport over Fabric/paramiko: one connection per host per command, verified host keys.
+
+Fabric resolves the user's ~/.ssh/config (aliases, ProxyJump, IdentityFile) and gateways; tfctl
+replaces its trust-everything host-key policy and turns every connect failure into one sentence.
+Commands run on raw paramiko channels (exec + stdin + exit status), which is all we need and
+avoids invoke's per-command runner threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import paramiko
+from fabric import Config, Connection
+
+from tfctl.inventory.model import Host
+from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
+from tfctl.remote.hostkeys import VerifyingPolicy, changed_key_error, known_hosts_name
+from tfctl.remote.transport import Result
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """Connection settings that come from the command line rather than the inventory."""
+
+    connect_timeout_s: float = 5.0
+    accept_new_host_keys: bool = False
+
+
+class SshTransport:
+    def __init__(self, host: Host, options: SshOptions | None = None):
+        self.host = host
+        self.options = options or SshOptions()
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+
+    # -- connection -------------------------------------------------------------------------
+    def connection(self) -> Connection:
+        with self._lock:
+            if self._conn is None or not self._conn.is_connected:
+                self._conn = self._connect()
+            return self._conn
+
+    def _connect(self) -> Connection:
+        conn = build_connection(self.host, self.options)
+        known = os.path.expanduser(self.host.known_hosts)
+        port = int(conn.port or 22)
+        name = known_hosts_name(conn.host, port)
+        if os.path.exists(known):
+            conn.client.load_host_keys(known)
+        conn.client.set_missing_host_key_policy(
+            VerifyingPolicy(self.host.name, known, self.options.accept_new_host_keys))
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            raise changed_key_error(self.host.name, known, name, exc) from None
+        except RemoteError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - classified into one sentence below
+            raise classify_connect_error(self.host, conn, self.options, exc) from None
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @property
+    def paramiko_transport(self) -> paramiko.Transport:
+        transport = self.connection().client.get_transport()
+        assert transport is not None
+        return transport
+
+    # -- commands ---------------------------------------------------------------------------
+    def run(self, command: str, stdin: str | None = None, timeout_s: float | None = None
+            ) -> Result:
+        channel = self._session()
+        try:
+            channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin.encode())
+            channel.shutdown_write()
+            out, err = _drain(channel, timeout_s, self.host.name, command)
+            code = channel.recv_exit_status()
+        finally:
+            channel.close()
+        return Result(self.host.name, command, code, out, err)
+
+    def stream(self, command: str) -> SshStream:
+        channel = self._session()
+        channel.exec_command(command)
+        channel.shutdown_write()
+        return SshStream(channel)
+
+    def _session(self) -> paramiko.Channel:
+        try:
+            return self.paramiko_transport.open_session(timeout=self.options.connect_timeout_s)
+        except (paramiko.SSHException, EOFError, OSError):
+            # The connection died since it was opened (host rebooted, link cut): reconnect once.
+            self.close()
+            try:
+                return self.paramiko_transport.open_session(
+                    timeout=self.options.connect_timeout_s)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                raise HostUnreachable(self.host.name, f"SSH session lost ({exc})") from None
+
+
+class SshStream:
+    """Lines of a long-running remote command; closing the channel ends the command."""
+
+    def __init__(self, channel: paramiko.Channel):
+        self.channel = channel
+
+    def lines(self) -> Iterator[str]:
+        buf = b""
+        while True:
+            data = self.channel.recv(65536)
+            if not data:
+                break
+            buf += data
+            *complete, buf = buf.split(b"\n")
+            for line in complete:
+                yield line.decode(errors="replace")
+        if buf:
+            yield buf.decode(errors="replace")
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _drain(channel: paramiko.Channel, timeout_s: float | None, host: str,
+           command: str) -> tuple[str, str]:
+    out, err = bytearray(), bytearray()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        if channel.recv_ready():
+            out += channel.recv(65536)
+            continue
+        if channel.recv_stderr_ready():
+            err += channel.recv_stderr(65536)
+            continue
+        if channel.exit_status_ready() and not channel.recv_ready() \
+                and not channel.recv_stderr_ready():
+            break
+        if channel.closed and channel.eof_received:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise HostUnreachable(host, f"no answer within {timeout_s:.0f} s to `{command[:60]}`")
+        select.select([channel], [], [], 0.2)
+    return out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def build_connection(host: Host, options: SshOptions) -> Connection:
+    """A Fabric Connection from the inventory's settings, on top of the user's ssh config."""
+    kwargs: dict[str, object] = {}
+    if host.identity_file:
+        kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
+        kwargs["look_for_keys"] = False
+    gateway = None
+    if host.jump:
+        jump_user, jump_host, jump_port = _split_jump(host.jump)
+        gateway = Connection(jump_host, user=jump_user, port=jump_port,
+                             connect_timeout=int(options.connect_timeout_s),
+                             connect_kwargs=dict(kwargs))
+        gateway.client.load_host_keys(os.path.expanduser(host.known_hosts)) \
+            if os.path.exists(os.path.expanduser(host.known_hosts)) else None
+        gateway.client.set_missing_host_key_policy(VerifyingPolicy(
+            host.name, os.path.expanduser(host.known_hosts), options.accept_new_host_keys))
+    return Connection(
+        host.address, user=host.user, port=host.port, config=Config(),
+        connect_timeout=max(1, int(round(options.connect_timeout_s))),
+        connect_kwargs=kwargs, gateway=gateway, forward_agent=False,
+    )
+
+
+def _split_jump(jump: str) -> tuple[str | None, str, int | None]:
+    user, _, rest = jump.rpartition("@")
+    host, _, port = rest.partition(":")
+    return (user or None), host, (int(port) if port else None)
+
+
+def classify_connect_error(host: Host, conn: Connection, options: SshOptions,
+                           exc: BaseException) -> RemoteError:
+    where = f"{conn.host}:{conn.port or 22}"
+    timeout = options.connect_timeout_s
+    if isinstance(exc, HostKeyRefused):
+        return exc
+    if isinstance(exc, paramiko.AuthenticationException):
+        key = host.identity_file or "your default keys / agent"
+        return AuthRefused(host.name, f"{where} refused the login of user "
+                           f"{conn.user!r} with {key}",
+                           "check `user:` and `identity_file:` and that the public key is in "
+                           "the host's ~/.ssh/authorized_keys")
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return HostUnreachable(host.name, f"{where} unreachable: no answer within {timeout:g} s")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) or \
+            isinstance(exc, ConnectionRefusedError):
+        return HostUnreachable(host.name, f"{where} refused the connection (is sshd running?)")
+    if isinstance(exc, socket.gaierror):
+        return HostUnreachable(host.name, f"{conn.host!r} does not resolve to an address "
+                               "(check `address:` or your ~/.ssh/config)")
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return HostUnreachable(host.name, f"{where} unreachable ({os.strerror(exc.errno)})")
+    if isinstance(exc, paramiko.SSHException | EOFError | OSError):
+        return HostUnreachable(host.name, f"{where}: SSH failed ({exc or type(exc).__name__})")
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    return RemoteError(host.name, f"{where}: cannot connect ({type(exc).__name__}: {exc})")

@@ -1,0 +1,163 @@
+"""The `tfctl` command line: thin click commands over `tfctl.inventory` and `tfctl.remote`.
+
+Heavy imports (fabric, textual) happen inside the commands that need them, so `tfctl --help` and
+`tfctl plan` start fast. Errors of the project are caught once, here, and printed as one
+sentence: exit 2 for usage and inventory mistakes, 1 for a failure on a host, 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from tfctl.inventory.model import Inventory
+    from tfctl.remote.ssh import SshOptions
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass
+class Context:
+    """What every command receives: where the inventory is and how to connect."""
+
+    inventory_path: str
+    hostfile: str | None
+    connect_timeout_s: float
+    accept_new_host_keys: bool
+
+    def load(self) -> Inventory:
+        from tfctl.inventory.load import load_inventory
+
+        return load_inventory(self.inventory_path, hostfile=self.hostfile)
+
+    def ssh_options(self) -> SshOptions:
+        from tfctl.remote.ssh import SshOptions
+
+        return SshOptions(self.connect_timeout_s, self.accept_new_host_keys)
+
+
+class TfctlGroup(click.Group):
+    """Lazy subcommands; the project's errors become one line and a named exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n in COMMANDS if _available(n)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _available(name):
+            return None
+        return _lazy_command(*COMMANDS[name])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            code = _project_error_code(exc)
+            if code is None:
+                raise
+            click.secho(f"error: {_message(exc)}", fg="red", err=True)
+            sys.exit(code)
+
+
+def _project_error_code(exc: Exception) -> int | None:
+    from tfctl.inventory.errors import InventoryError
+
+    if isinstance(exc, InventoryError):
+        return EXIT_USAGE
+    remote_errors = sys.modules.get("tfctl.remote.errors")
+    if remote_errors is not None and isinstance(exc, remote_errors.RemoteError):
+        return EXIT_FAILED
+    return None
+
+
+def _message(exc: Exception) -> str:
+    full = getattr(exc, "full", None)
+    return full() if callable(full) else str(exc)
+
+
+@click.group(cls=TfctlGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-i", "--inventory", "inventory_path", envvar="TFCTL_INVENTORY",
+              default="cluster.yaml", show_default=True, metavar="FILE",
+              help="The cluster inventory (or set TFCTL_INVENTORY).")
+@click.option("--hostfile", metavar="FILE",
+              help="Take the hosts from a machinefile (`h slots=4`) or `h1:4,h2:2` file.")
+@click.option("--connect-timeout", "connect_timeout_s", type=float, default=5.0,
+              show_default=True, envvar="TFCTL_CONNECT_TIMEOUT", help="SSH connect timeout, s.")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Record host keys not yet in known_hosts (a changed key is always refused).")
+@click.version_option("0.1.0", prog_name="tfctl")
+@click.pass_context
+def main(ctx: click.Context, inventory_path: str, hostfile: str | None,
+         connect_timeout_s: float, accept_new_host_keys: bool) -> None:
+    """Run distributed TensorFlow on your lab's GPU machines from one inventory file.
+
+    \b
+    Example:
+      tfctl -i cluster.yaml plan      # what would run where, nothing contacted
+      tfctl check                     # preflight every host
+      tfctl up && tfctl ui            # start the job, watch it
+      tfctl down                      # stop exactly what `up` started
+    """
+    ctx.obj = Context(inventory_path, hostfile, connect_timeout_s, accept_new_host_keys)
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(_lazy_command("tfctl.tui.cmd_ui", "ui"))
+
+
+def _lazy_command(module: str, name: str) -> click.Command:
+    import importlib
+
+    command: click.Command = getattr(importlib.import_module(module), name)
+    return command
+
+
+# Subcommands live in their own modules, imported only when that command (or --help) needs them;
+# those modules keep fabric/textual imports inside their functions.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("tfctl.tui.cmd_plan", "plan"),
+    "init": ("tfctl.tui.cmd_init", "init"),
+    "check": ("tfctl.tui.cmd_check", "check"),
+    "sync": ("tfctl.tui.cmd_run", "sync"),
+    "up": ("tfctl.tui.cmd_run", "up"),
+    "wait": ("tfctl.tui.cmd_run", "wait"),
+    "status": ("tfctl.tui.cmd_run", "status"),
+    "down": ("tfctl.tui.cmd_run", "down"),
+    "logs": ("tfctl.tui.cmd_logs", "logs"),
+    "exec": ("tfctl.tui.cmd_logs", "exec_"),
+    "demo": ("tfctl.tui.cmd_demo", "demo"),
+    "tensorboard": ("tfctl.tui.cmd_tensorboard", "tensorboard"),
+    "gpus": ("tfctl.tui.cmd_gpus", "gpus"),
+    "ui": ("tfctl.tui.cmd_ui", "ui"),
+}
+
+
+def _available(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(COMMANDS[name][0]) is not None
+
+
+def obj(ctx: click.Context) -> Context:
+    """The shared `Context` of a subcommand."""
+    value = ctx.find_object(Context)
+    assert value is not None
+    return value
+
+
+def console_width() -> int:
+    return int(os.environ.get("COLUMNS", "0")) or 120
+
+
+Printer = Callable[[str], None]
