@@ -1,4 +1,4 @@
-"""One error type for everything wrong with an inventory, printed as `FILE:LINE: key: what — fix`."""
+"""One error type for every inventory mistake, printed as `FILE:LINE: key: what — fix`."""
 
 from __future__ import annotations
 

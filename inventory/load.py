@@ -82,7 +82,8 @@ def _validate(data: dict[str, Any], lines: Mapping[PathKey, int], filename: str)
         raise _first_error(exc, lines, filename) from None
 
 
-def _first_error(exc: ValidationError, lines: Mapping[PathKey, int], filename: str) -> InventoryError:
+def _first_error(exc: ValidationError, lines: Mapping[PathKey, int],
+                 filename: str) -> InventoryError:
     # pydantic reports each branch of a union separately; the first error is the clearest one.
     err = exc.errors(include_url=False)[0]
     loc = _clean_loc(err["loc"])

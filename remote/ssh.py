@@ -63,7 +63,7 @@ class SshTransport:
             raise changed_key_error(self.host.name, known, name, exc) from None
         except RemoteError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - classified into one sentence below
+        except BaseException as exc:
             raise classify_connect_error(self.host, conn, self.options, exc) from None
         return conn
 
@@ -176,7 +176,7 @@ def build_connection(host: Host, options: SshOptions) -> Connection:
             host.name, os.path.expanduser(host.known_hosts), options.accept_new_host_keys))
     return Connection(
         host.address, user=host.user, port=host.port, config=Config(),
-        connect_timeout=max(1, int(round(options.connect_timeout_s))),
+        connect_timeout=max(1, round(options.connect_timeout_s)),
         connect_kwargs=kwargs, gateway=gateway, forward_agent=False,
     )
 
@@ -201,8 +201,7 @@ def classify_connect_error(host: Host, conn: Connection, options: SshOptions,
                            "the host's ~/.ssh/authorized_keys")
     if isinstance(exc, socket.timeout | TimeoutError):
         return HostUnreachable(host.name, f"{where} unreachable: no answer within {timeout:g} s")
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) or \
-            isinstance(exc, ConnectionRefusedError):
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
         return HostUnreachable(host.name, f"{where} refused the connection (is sshd running?)")
     if isinstance(exc, socket.gaierror):
         return HostUnreachable(host.name, f"{conn.host!r} does not resolve to an address "

@@ -12,6 +12,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from tfctl.inventory.plan import Plan
+    from tfctl.remote.status import RunStatus
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -37,3 +38,25 @@ def plan_table(plan: Plan) -> None:
     console.print(table)
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def status_table(st: RunStatus) -> None:
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("task", "host", "pid", "state", "up", "restarts", "last line"):
+        table.add_column(col, overflow="ellipsis", no_wrap=col != "last line")
+    for t in st.tasks:
+        style = STATE_STYLE.get(t.state, "")
+        table.add_row(t.name, t.host, str(t.pid or "–"), f"[{style}]{t.describe()}[/]",
+                      _duration(t.uptime_s), str(t.restarts), t.last_line[-70:])
+    for host, why in st.unreachable.items():
+        table.add_row("*", host, "–", "[red]unreachable[/]", "–", "–", why[-70:])
+    console.print(table)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"

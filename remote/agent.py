@@ -1,0 +1,292 @@
+"""The host-side agent: every operation tfctl performs on a host, as one stdlib-only program.
+
+tfctl sends this source (after `agent_proc.py`, `agent_run.py` and `agent_state.py`, see
+`agent_source`) to the host's `python -` on stdin, with the request appended as a last line
+`main(...)`; the agent answers with one JSON line, `{"ok": true, "result": ...}` or
+`{"ok": false, "error": "<one sentence>", "kind": "<machine-readable>", ...}`. One round trip per
+operation, nothing installed on the host, and the host's run directory
+(`<workdir>/.tfctl/runs/<run_id>/`) stays the source of truth about what runs there.
+
+Rules for everything below `main`: stdlib only, Python >= 3.8, Linux (/proc), no tfctl imports
+(the `from tfctl...` lines are only for running the same code in-process and are removed from the
+program sent to hosts).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import os
+import select
+import shutil
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tfctl.remote.agent_proc import port_report, user_name
+from tfctl.remote.agent_run import (
+    AgentError,
+    fork_detached,
+    launch_tasks,
+    load_manifest,
+    log_tail,
+    now,
+    read_json,
+    read_log_from,
+    run_dir_of,
+    runs_root,
+    task_file,
+    write_json,
+)
+from tfctl.remote.agent_state import live_runs, stop_tasks, task_statuses, wait_for_ports
+
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-gpu")
+AGENT_FILES = ("agent_proc.py", "agent_run.py", "agent_state.py", "agent.py")
+
+
+# ---------------------------------------------------------------- building the program (client)
+
+@functools.lru_cache(maxsize=1)
+def agent_source() -> str:
+    """The agent program without its request: the four agent files, their tfctl imports cut."""
+    parts = ["from __future__ import annotations\n"]
+    here = Path(__file__).resolve().parent
+    for name in AGENT_FILES:
+        text = (here / name).read_text()
+        lines = text.splitlines(keepends=True)
+        cut: set[int] = set()
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    ("tfctl", "__future__")):
+                cut.update(range(node.lineno - 1, (node.end_lineno or node.lineno)))
+        parts.append("".join(line for i, line in enumerate(lines) if i not in cut))
+    return "\n".join(parts)
+
+
+def render_request(source: str, op: str, args: dict[str, Any]) -> str:
+    """`source` with the request appended as its last line (JSON inside a Python string)."""
+    request = dict(args, op=op)
+    return f"{source}\nmain(json.loads({json.dumps(request)!r}))\n"
+
+
+def agent_program(op: str, args: dict[str, Any]) -> str:
+    """The full program text to send to `<python> -` on a host for one operation."""
+    return render_request(agent_source(), op, args)
+
+
+# ---------------------------------------------------------------- the operations (host)
+
+def op_probe(req: dict[str, Any]) -> dict[str, Any]:
+    from importlib import metadata
+
+    tf_version = None
+    for dist in TF_DISTRIBUTIONS:
+        try:
+            tf_version = metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    workdir = req.get("workdir")
+    return {
+        "python": sys.version.split()[0], "executable": sys.executable, "tf_version": tf_version,
+        "nvidia_smi": shutil.which("nvidia-smi"), "home": os.path.expanduser("~"),
+        "workdir": None if workdir is None else expand(workdir),
+        "hostname": socket.gethostname(), "rsync": shutil.which("rsync"),
+        "user": user_name(os.getuid()), "uid": os.getuid(),
+    }
+
+
+def op_ports(req: dict[str, Any]) -> dict[str, Any]:
+    return {"ports": port_report(int(p) for p in req.get("ports", []))}
+
+
+def op_prepare(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    for other, live in live_runs(workdir).items():
+        if live:
+            raise AgentError("run_live", f"run {other} is still running on this host; stop it "
+                             "with `tfctl down` first", run_id=other)
+    run_dir = run_dir_of(workdir, run_id)
+    if os.path.exists(os.path.join(run_dir, "manifest.json")):
+        raise AgentError("run_exists", f"run {run_id} already exists in {run_dir}")
+    os.makedirs(run_dir, exist_ok=True)
+    manifest = dict(need(req, "manifest"), run_id=run_id)
+    manifest.setdefault("created_at", now())
+    write_json(os.path.join(run_dir, "manifest.json"), manifest)
+    return {"run_id": run_id, "run_dir": run_dir}
+
+
+def op_launch(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    run_dir = run_dir_of(workdir, run_id)
+    return launch_tasks(run_dir, workdir, run_id, load_manifest(run_dir), req.get("tasks"))
+
+
+def op_wait_ports(req: dict[str, Any]) -> dict[str, Any]:
+    run_id = need(req, "run_id")
+    run_dir = run_dir_of(expand(need(req, "workdir")), run_id)
+    return wait_for_ports(run_dir, run_id, load_manifest(run_dir), req.get("tasks"),
+                          float(req.get("timeout_s", 30.0)))
+
+
+def op_status(req: dict[str, Any]) -> dict[str, Any]:
+    workdir = expand(need(req, "workdir"))
+    run_id = req.get("run_id") or newest_run(workdir)
+    run_dir = run_dir_of(workdir, run_id)
+    manifest = load_manifest(run_dir)
+    tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
+    return {"run_id": run_id, "run_dir": run_dir, "created_at": manifest.get("created_at"),
+            "inventory": manifest.get("inventory"), "hostname": socket.gethostname(),
+            "finished": read_json(os.path.join(run_dir, "finished.json")),
+            "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks}
+
+
+def op_stop(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    return stop_tasks(run_dir_of(workdir, run_id), run_id, req.get("tasks"),
+                      float(req.get("grace_s", 10.0)))
+
+
+def op_finish(req: dict[str, Any]) -> dict[str, Any]:
+    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+    load_manifest(run_dir)
+    record = {"status": req.get("status"), "finished_at": now()}
+    write_json(os.path.join(run_dir, "finished.json"), record)
+    return record
+
+
+def op_runs(req: dict[str, Any]) -> dict[str, Any]:
+    workdir = expand(need(req, "workdir"))
+    live = live_runs(workdir)
+    runs = []
+    for run_id in live:
+        run_dir = run_dir_of(workdir, run_id)
+        manifest = read_json(os.path.join(run_dir, "manifest.json")) or {}
+        runs.append({"run_id": run_id, "run_dir": run_dir,
+                     "created_at": manifest.get("created_at"),
+                     "inventory": manifest.get("inventory"), "live": live[run_id],
+                     "tasks": [t.get("name") for t in manifest.get("tasks", [])],
+                     "finished": read_json(os.path.join(run_dir, "finished.json"))})
+    runs.sort(key=lambda r: (r["created_at"] or 0, r["run_id"]), reverse=True)
+    return {"runs": runs}
+
+
+def op_logs(req: dict[str, Any]) -> dict[str, Any]:
+    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+    manifest = load_manifest(run_dir)
+    offsets = req.get("offsets") or {}
+    names = req.get("tasks") or list(offsets) or [t["name"] for t in manifest["tasks"]]
+    max_bytes, tail = int(req.get("max_bytes", 65536)), req.get("tail_lines")
+    logs = {}
+    for name in names:
+        path = task_file(run_dir, name, ".log")
+        offset = offsets.get(name)
+        if (offset is None or offset < 0) and tail is not None:
+            size = os.path.getsize(path) if os.path.exists(path) else 0
+            logs[name] = {"data": "".join(line + "\n" for line in log_tail(path, int(tail))),
+                          "offset": size, "size": size, "reset": False}
+        else:
+            logs[name] = read_log_from(path, max(int(offset or 0), 0), max_bytes)
+    return {"logs": logs}
+
+
+def op_listen(req: dict[str, Any]) -> dict[str, Any]:
+    """Hold listening sockets for a while in a detached process, so peers can test reaching us."""
+    seconds = float(req.get("seconds", 10.0))
+    bound: list[socket.socket] = []
+    busy: dict[str, str] = {}
+    for port in (int(p) for p in req.get("ports", [])):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("", port))
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            busy[str(port)] = exc.strerror or str(exc)
+            continue
+        bound.append(sock)
+    holder = None
+    if bound:
+        holder = fork_detached(lambda: _serve_until(bound, time.time() + seconds),
+                               keep=tuple(sock.fileno() for sock in bound))
+    ports = [sock.getsockname()[1] for sock in bound]
+    for sock in bound:
+        sock.close()
+    return {"bound": ports, "busy": busy, "pid": holder}
+
+
+def _serve_until(socks: list[socket.socket], deadline: float) -> int:
+    while time.time() < deadline:
+        ready, _, _ = select.select(socks, [], [], max(0.0, min(0.5, deadline - time.time())))
+        for sock in ready:
+            try:
+                conn, _ = sock.accept()
+                conn.close()
+            except OSError:
+                continue
+    return 0
+
+
+def op_connect(req: dict[str, Any]) -> dict[str, Any]:
+    timeout_s = float(req.get("timeout_s", 3.0))
+    results = []
+    for target in req.get("targets", []):
+        addr, _, port = str(target).rpartition(":")
+        started = time.time()
+        error = None
+        try:
+            socket.create_connection((addr.strip("[]"), int(port)), timeout=timeout_s).close()
+        except (OSError, ValueError) as exc:
+            error = str(exc) or type(exc).__name__
+        results.append({"target": target, "ok": error is None, "error": error,
+                        "elapsed_ms": round((time.time() - started) * 1000, 1)})
+    return {"targets": results}
+
+
+OPS = {
+    "probe": op_probe, "ports": op_ports, "prepare": op_prepare, "launch": op_launch,
+    "wait_ports": op_wait_ports, "status": op_status, "stop": op_stop, "finish": op_finish,
+    "runs": op_runs, "logs": op_logs, "listen": op_listen, "connect": op_connect,
+}
+
+
+# ---------------------------------------------------------------- helpers and entry point (host)
+
+def expand(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def need(req: dict[str, Any], key: str) -> Any:
+    if req.get(key) is None:
+        raise AgentError("bad_request", f"the {req.get('op')} request needs '{key}'")
+    return req[key]
+
+
+def newest_run(workdir: str) -> str:
+    runs = op_runs({"workdir": workdir})["runs"]
+    if not runs:
+        raise AgentError("no_run", f"no tfctl run on this host under {runs_root(workdir)}")
+    return str(runs[0]["run_id"])
+
+
+def main(req: dict[str, Any]) -> None:
+    """Run one request and print its answer as the last line of stdout."""
+    try:
+        op = OPS.get(str(req.get("op")))
+        if op is None:
+            raise AgentError("unknown_op", f"unknown agent operation {req.get('op')!r}")
+        answer: dict[str, Any] = {"ok": True, "result": op(req)}
+    except AgentError as exc:
+        answer = dict(exc.extra, ok=False, error=exc.message, kind=exc.kind)
+    except Exception as exc:  # report any failure as one JSON answer, with its traceback
+        answer = {"ok": False, "kind": "internal", "error": f"agent {req.get('op')} failed on "
+                  f"{socket.gethostname()}: {type(exc).__name__}: {exc}",
+                  "detail": traceback.format_exc(limit=6)}
+    sys.stdout.write(json.dumps(answer, default=str) + "\n")
+    sys.stdout.flush()
+

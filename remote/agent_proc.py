@@ -1,0 +1,227 @@
+"""The agent's eyes on a Linux host: processes, their tfctl tags, and listening sockets, via /proc.
+
+This file is part of the agent program (`agent.py` sends it ahead of its own source), so it keeps
+the agent's rules: stdlib only, Python >= 3.8 on the host, no tfctl imports. Every read tolerates
+a process vanishing mid-scan (ENOENT, ESRCH) or belonging to someone else (EACCES): a scan is a
+best-effort photograph, and callers re-scan rather than trust one.
+
+Processes are recognised by the `TFCTL_RUN_ID` / `TFCTL_TASK` variables the supervisor puts in
+each task's environment (children inherit them, even after `setsid`), never by name, and never
+by a pid alone: pids are reused.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+from collections.abc import Iterable
+
+RUN_VAR = b"TFCTL_RUN_ID="
+TASK_VAR = b"TFCTL_TASK="
+_LISTEN = "0A"
+
+
+def list_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state letter, process group id, start time in clock ticks), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    fields = data[data.rindex(b")") + 2:].split()
+    return fields[0].decode(), int(fields[2]), int(fields[19])
+
+
+def is_alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie no longer runs or holds anything)."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def start_ticks(pid: int) -> int | None:
+    stat = proc_stat(pid)
+    return None if stat is None else stat[2]
+
+
+def same_process(pid: int | None, ticks: int | None) -> bool:
+    """`pid` is still the process that was recorded (same start time), and alive."""
+    if not pid or ticks is None:
+        return False
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X") and stat[2] == ticks
+
+
+def proc_tags(pid: int) -> tuple[str | None, str | None]:
+    """(TFCTL_RUN_ID, TFCTL_TASK) from the process's environment; (None, None) if unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None, None
+    run = task = None
+    for entry in data.split(b"\0"):
+        if entry.startswith(RUN_VAR):
+            run = entry[len(RUN_VAR):].decode("utf-8", "replace")
+        elif entry.startswith(TASK_VAR):
+            task = entry[len(TASK_VAR):].decode("utf-8", "replace")
+    return run, task
+
+
+def cmdline(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+def proc_uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def user_name(uid: int | None) -> str | None:
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def tagged_processes(run_id: str | None = None) -> dict[int, tuple[str, str | None]]:
+    """pid → (run id, task) of every live process tagged by tfctl (of `run_id` when given)."""
+    me = os.getpid()
+    found: dict[int, tuple[str, str | None]] = {}
+    for pid in list_pids():
+        if pid == me:
+            continue
+        run, task = proc_tags(pid)
+        if run is None or (run_id is not None and run != run_id) or not is_alive(pid):
+            continue
+        found[pid] = (run, task)
+    return found
+
+
+def group_members(pgids: Iterable[int]) -> dict[int, int]:
+    """pid → pgid of every live process in one of `pgids`."""
+    wanted = set(pgids)
+    members: dict[int, int] = {}
+    if not wanted:
+        return members
+    for pid in list_pids():
+        stat = proc_stat(pid)
+        if stat is not None and stat[1] in wanted and stat[0] not in ("Z", "X"):
+            members[pid] = stat[1]
+    return members
+
+
+def listening_sockets(ports: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+    """Socket inode → (port, uid) of every TCP socket in LISTEN state (on `ports` when given).
+
+    /proc/net/tcp{,6} show the reading process's network namespace, which is the one the tasks
+    we start live in.
+    """
+    wanted = None if ports is None else set(ports)
+    found: dict[int, tuple[int, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) < 10 or cols[3] != _LISTEN:
+                continue
+            port = int(cols[1].rsplit(":", 1)[1], 16)
+            if wanted is None or port in wanted:
+                found[int(cols[9])] = (port, int(cols[7]))
+    return found
+
+
+def socket_owners(inodes: Iterable[int], pids: Iterable[int] | None = None) -> dict[int, int]:
+    """Socket inode → a pid holding it open, looking at `pids` (all visible processes if None)."""
+    wanted = {f"socket:[{inode}]": inode for inode in inodes}
+    owners: dict[int, int] = {}
+    if not wanted:
+        return owners
+    for pid in list_pids() if pids is None else pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            inode = wanted.get(target)
+            if inode is not None and inode not in owners:
+                owners[inode] = pid
+        if len(owners) == len(wanted):
+            break
+    return owners
+
+
+def describe_process(pid: int) -> dict[str, object]:
+    """What a person needs to recognise a process: pid, group, user, command, tfctl tags."""
+    stat = proc_stat(pid)
+    run, task = proc_tags(pid)
+    return {"pid": pid, "pgid": None if stat is None else stat[1],
+            "user": user_name(proc_uid(pid)), "cmdline": cmdline(pid),
+            "tfctl_run_id": run, "tfctl_task": task}
+
+
+def port_report(ports: Iterable[int]) -> list[dict[str, object]]:
+    """Per port: free, or held, with the LISTENing process where this user may see it."""
+    ports = list(ports)
+    sockets = listening_sockets(ports)
+    owners = socket_owners(sockets)
+    report: list[dict[str, object]] = []
+    for port in ports:
+        held = [(inode, uid) for inode, (p, uid) in sockets.items() if p == port]
+        entry: dict[str, object] = {"port": port, "free": not held}
+        if held:
+            inode, uid = next(((i, u) for i, u in held if i in owners), held[0])
+            pid = owners.get(inode)
+            if pid is None:
+                entry.update({"pid": None, "pgid": None, "user": user_name(uid), "cmdline": None,
+                              "tfctl_run_id": None, "tfctl_task": None})
+            else:
+                entry.update(describe_process(pid))
+        report.append(entry)
+    return report
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+def send_signal(pid: int, sig: int) -> bool:
+    """Signal one process; False when it is already gone or not ours to signal."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

@@ -1,0 +1,177 @@
+"""`tfctl up`'s launch: ports checked, run dirs prepared, tasks started in order, or rolled back.
+
+Order follows FIELD.md §2: parameter servers first, and only once their ports listen the workers,
+chief, evaluator and TensorBoard. A port already held by an old server would let a new chief
+"succeed" against it, so every task port is checked free before anything starts. If any task
+cannot start, everything this run started is stopped again and the cause is reported with the
+task's last log lines; nothing half-started is left behind.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfctl.inventory.plan import Plan, Task
+from tfctl.remote import agentclient
+from tfctl.remote.check import describe_holder
+from tfctl.remote.errors import RemoteError
+from tfctl.remote.fleet import Fleet, FleetResult
+
+Say = Callable[[str], None]
+PHASES: tuple[tuple[str, ...], ...] = (("ps",), ("worker", "chief", "evaluator", "tensorboard"))
+
+
+class LaunchFailed(RemoteError):
+    """`up` could not start the job; `detail` holds the failing task's log tail."""
+
+    def __init__(self, host: str, what: str, detail: str = "", cleaned: str = ""):
+        super().__init__(host, what, detail, kind="launch")
+        self.cleaned = cleaned
+
+
+@dataclass(frozen=True)
+class Started:
+    task: str
+    host: str
+    pid: int
+    pgid: int
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
+    restart = plan.inventory.job.restart
+    data = task.to_json()
+    data["restart"] = {"policy": restart.for_type(task.type), "max": restart.max,
+                       "backoff_s": restart.backoff_s}
+    return data
+
+
+def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: float = 120.0
+           ) -> list[Started]:
+    """Start every task of `plan` as run `run_id`; roll back and raise `LaunchFailed` on error."""
+    hosts = plan.hosts_used
+    _raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
+    started: list[Started] = []
+    try:
+        _raise_first(fleet.map(lambda t: _prepare(t, plan, run_id), hosts), "prepare")
+        for phase in PHASES:
+            names = [t.name for t in plan.tasks if t.type in phase]
+            if not names:
+                continue
+            say(f"starting {', '.join(names)}")
+            started += _start_phase(fleet, plan, run_id, phase, start_timeout_s)
+    except BaseException as exc:
+        cleaned = rollback(fleet, plan, run_id)
+        if isinstance(exc, LaunchFailed):
+            exc.cleaned = cleaned
+            raise
+        if isinstance(exc, RemoteError):
+            raise LaunchFailed(exc.host, exc.what, exc.detail, cleaned) from None
+        if isinstance(exc, KeyboardInterrupt):
+            say(f"interrupted: {cleaned}")
+        raise
+    return started
+
+
+def _preflight(host: str, t: Any, plan: Plan) -> None:
+    ports = sorted({x.port for x in plan.on_host(host) if x.port is not None})
+    states = agentclient.call(t, "ports", {"ports": ports})["ports"]
+    for state in states:
+        port = int(state["port"])
+        if not state.get("free"):
+            task = next(x.name for x in plan.on_host(host) if x.port == port)
+            raise LaunchFailed(host, f"port {port} (for {task}) is already in use: "
+                                     f"{describe_holder(state)}; stop it or change job.ports")
+
+
+def _prepare(t: Any, plan: Plan, run_id: str) -> None:
+    host = t.host
+    manifest = {"run_id": run_id, "inventory": plan.inventory.name, "host": host.name,
+                "style": plan.inventory.job.style,
+                "tasks": [task_manifest(x, plan) for x in plan.on_host(host.name)]}
+    try:
+        agentclient.call(t, "prepare", {"workdir": host.workdir, "run_id": run_id,
+                                        "manifest": manifest})
+    except RemoteError as exc:
+        if exc.kind == "run_live":
+            live = exc.data.get("run_id", "?")
+            raise LaunchFailed(host.name, f"run {live} is still live there: run `tfctl down` "
+                                          "first") from None
+        raise
+
+
+def _start_phase(fleet: Fleet, plan: Plan, run_id: str, phase: tuple[str, ...],
+                 timeout_s: float) -> list[Started]:
+    by_host = {h: [t.name for t in plan.on_host(h) if t.type in phase] for h in plan.hosts_used}
+    by_host = {h: names for h, names in by_host.items() if names}
+
+    def start(t: Any) -> list[Started]:
+        host = t.host
+        names = by_host[host.name]
+        args = {"workdir": host.workdir, "run_id": run_id, "tasks": names}
+        pids = agentclient.call(t, "launch", args)["tasks"]
+        waited = agentclient.call(t, "wait_ports", {**args, "timeout_s": timeout_s},
+                                  timeout_s=timeout_s + 30)["tasks"]
+        _judge_start(host.name, waited)
+        return [Started(n, host.name, int(pids[n]["pid"]), int(pids[n]["pgid"])) for n in names]
+
+    result = fleet.map(start, list(by_host))
+    _raise_first(result, "start")
+    return [s for group in result.succeeded.values() for s in group]
+
+
+def _judge_start(host: str, waited: Mapping[str, Any]) -> None:
+    for name, state in waited.items():
+        if state.get("state") == "listening" or state.get("state") == "running":
+            continue
+        if state.get("state") == "exited" and state.get("exit_code") == 0:
+            continue  # a fast task that already finished its work
+        how = _how_it_ended(state)
+        if state.get("port_holder") and not state["port_holder"].get("free"):
+            how += f" (port {state.get('port')} {describe_holder(state['port_holder'])})"
+        raise LaunchFailed(host, f"{name} {how}", "\n".join(state.get("last_lines") or []))
+
+
+def _how_it_ended(state: Mapping[str, Any]) -> str:
+    if state.get("state") == "timeout":
+        return "did not start listening on its port in time"
+    if state.get("error"):
+        return f"could not start: {state['error']}"
+    if state.get("signal"):
+        return f"was killed by {state['signal']} at start"
+    return f"exited {state.get('exit_code')} at start"
+
+
+def _raise_first(result: FleetResult[Any], step: str) -> None:
+    for host, exc in result.failed.items():
+        if isinstance(exc, LaunchFailed):
+            raise exc
+        raise LaunchFailed(host, f"{exc.what}", exc.detail)
+
+
+def rollback(fleet: Fleet, plan: Plan, run_id: str) -> str:
+    """Stop whatever this run started; return a sentence saying what was cleaned."""
+    from tfctl.remote.stop import stop_run
+
+    outcome = stop_run(fleet, run_id, plan.hosts_used, grace_s=3.0)
+    stopped = sorted(t for r in outcome.succeeded.values() for t in r.get("stopped", []))
+    left = ", ".join(outcome.failed) if outcome.failed else ""
+    text = f"stopped {', '.join(stopped)}" if stopped else "nothing had started"
+    if left:
+        text += f"; could not reach {left} to clean up"
+    # Per-host failures are collected by the fleet; the run dirs keep their logs either way.
+    fleet.map(lambda t: agentclient.call(t, "finish", {
+        "workdir": t.host.workdir, "run_id": run_id, "status": {"state": "aborted"}}),
+        [h for h in plan.hosts_used if h not in outcome.failed])
+    return text
+
+
+def hosts_of(started: Iterable[Started]) -> list[str]:
+    return sorted({s.host for s in started})
