@@ -79,14 +79,14 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> R
     finished: Mapping[str, Any] | None = None
     for host, answer in answers.succeeded.items():
         finished = finished or answer.get("finished")
-        tasks += [_task(host, raw) for raw in answer.get("tasks", [])]
+        tasks += [task_from_agent(host, raw) for raw in answer.get("tasks", [])]
     unreachable = {h: str(e) for h, e in answers.failed.items()}
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), unreachable, finished)
 
 
-def _task(host: str, raw: Mapping[str, Any]) -> TaskStatus:
+def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
     lines = raw.get("last_lines") or []
     return TaskStatus(
         name=raw["name"], host=host, state=raw.get("state", "lost"), pid=raw.get("pid"),
