@@ -1,0 +1,467 @@
+"""The bundled example trainer: a tiny MLP on scikit-learn's digits, in whatever style tfctl asks.
+
+tfctl starts every task with the same command line; this script reads the environment to learn
+its role, so one file covers the four ways people run TensorFlow across machines:
+
+- ``--ps_hosts/--worker_hosts/--job_name/--task_index`` given: classic between-graph training
+  (``tf.compat.v1``; ps tasks serve forever, worker 0 is the chief).
+- ``TF_CONFIG`` with a ``ps`` job: ``ParameterServerStrategy``; the chief coordinates, ps and
+  worker tasks only serve forever.
+- ``TF_CONFIG`` without ``ps``: ``MultiWorkerMirroredStrategy``; the chief, else worker 0, owns
+  the result.
+- neither: one plain process.
+
+No Keras: the model is two (kernel, bias) pairs in a ``tf.Module`` with hand-written SGD, because
+Keras 3 training breaks under both multi-worker strategies (FIELD.md §2). Every style writes the
+same checkpoint tensor keys (``model/<name>/.ATTRIBUTES/VARIABLE_VALUE`` and
+``step/.ATTRIBUTES/VARIABLE_VALUE``) as ``<train_dir>/ckpt/ckpt-<step>``, so evaluate.py reads
+them all the same way. ``--steps`` always counts optimizer updates (the global step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import numpy as np
+import tensorflow as tf
+
+HIDDEN_UNITS = 64
+NUM_CLASSES = 10
+HELD_OUT_FRACTION = 0.2
+SPLIT_SEED = 0
+VARIABLE_NAMES = ("hidden_kernel", "hidden_bias", "output_kernel", "output_bias")
+STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
+CHECKPOINT_SUBDIR = "ckpt"
+CHECKPOINT_NAME = "ckpt"
+DONE_FILE = "DONE"
+STOP_GRACE_SECS = 5
+WORKER_POLL_SECS = 1
+
+
+def variable_key(name: str) -> str:
+    """The checkpoint key of one model variable, identical in every style."""
+    return f"model/{name}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def load_digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_held_out, y_held_out): the same seeded split in every process.
+
+    Reads scikit-learn's bundled digits.csv.gz directly when it is where load_digits keeps it:
+    importing sklearn costs ~1 s of CPU per process, and a cluster starts several processes.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    csv = Path(spec.origin).parent / "datasets/data/digits.csv.gz" if spec and spec.origin else None
+    if csv is not None and csv.is_file():
+        table = np.loadtxt(csv, delimiter=",")
+        data, target = table[:, :-1], table[:, -1]
+    else:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        data, target = digits.data, digits.target
+    images, labels = (data / 16.0).astype(np.float32), target.astype(np.int32)
+    order = np.random.RandomState(SPLIT_SEED).permutation(len(labels))
+    held_out = int(len(labels) * HELD_OUT_FRACTION)
+    test, train = order[:held_out], order[held_out:]
+    return images[train], labels[train], images[test], labels[test]
+
+
+def initial_values(num_features: int) -> dict[str, np.ndarray]:
+    """Seeded Glorot-uniform weights, so every worker and every style starts alike."""
+    rng = np.random.RandomState(SPLIT_SEED + 1)
+
+    def glorot(rows: int, cols: int) -> np.ndarray:
+        limit = np.sqrt(6.0 / (rows + cols))
+        return rng.uniform(-limit, limit, size=(rows, cols)).astype(np.float32)
+
+    return {
+        "hidden_kernel": glorot(num_features, HIDDEN_UNITS),
+        "hidden_bias": np.zeros(HIDDEN_UNITS, np.float32),
+        "output_kernel": glorot(HIDDEN_UNITS, NUM_CLASSES),
+        "output_bias": np.zeros(NUM_CLASSES, np.float32),
+    }
+
+
+def forward(params: dict[str, Any], images: Any) -> Any:
+    """Logits of the MLP; shared by training (variables) and evaluation (restored tensors)."""
+    hidden = tf.nn.relu(tf.matmul(images, params["hidden_kernel"]) + params["hidden_bias"])
+    return tf.matmul(hidden, params["output_kernel"]) + params["output_bias"]
+
+
+def loss_and_accuracy(logits: Any, labels: Any) -> tuple[Any, Any]:
+    """Mean cross-entropy and mean accuracy of one batch."""
+    loss = tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    hits = tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.float32)
+    return loss, tf.reduce_mean(hits)
+
+
+class DigitsMLP(tf.Module):
+    """The model's variables. MEAN aggregation lets MultiWorkerMirrored average SGD updates."""
+
+    def __init__(self, num_features: int) -> None:
+        super().__init__(name="digits_mlp")
+        for name, value in initial_values(num_features).items():  # attribute name = ckpt key
+            setattr(self, name, tf.Variable(value, name=name,
+                                            aggregation=tf.VariableAggregation.MEAN))
+
+    def params(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in VARIABLE_NAMES}
+
+    def __call__(self, images: Any) -> Any:
+        return forward(self.params(), images)
+
+
+@dataclass
+class Window:
+    """Running means over one logging window, and the last finished window's means."""
+
+    first_step: int = 0  # global step when the window opened
+    started: float = field(default_factory=time.monotonic)
+    steps: int = 0
+    loss_sum: float = 0.0
+    accuracy_sum: float = 0.0
+    last: tuple[float, float] = (float("nan"), float("nan"))
+
+    def add(self, loss: float, accuracy: float) -> None:
+        self.steps += 1
+        self.loss_sum += loss
+        self.accuracy_sum += accuracy
+
+    def close(self, step: int) -> dict[str, float]:
+        """Print the window's log line (rate in global steps), open the next, return means."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        if self.steps:
+            self.last = (self.loss_sum / self.steps, self.accuracy_sum / self.steps)
+        loss, accuracy = self.last
+        print(f"step {step} loss={loss:.4f} accuracy={accuracy:.4f} "
+              f"steps_per_sec={(step - self.first_step) / elapsed:.1f}", flush=True)
+        self.first_step, self.started = step, time.monotonic()
+        self.steps, self.loss_sum, self.accuracy_sum = 0, 0.0, 0.0
+        return {"loss": loss, "accuracy": accuracy}
+
+
+def write_scalars(writer: Any, step: int, scalars: dict[str, float]) -> None:
+    """TensorBoard scalars via the core summary op: tf.summary.scalar needs the tensorboard
+    package, which TensorFlow 2.21 no longer pulls in and tfctl keeps in its own venv."""
+    metadata = tf.compat.v1.SummaryMetadata(
+        plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"))
+    with writer.as_default():
+        for tag, value in scalars.items():
+            tf.summary.write(tag, tf.constant(value, tf.float32), step=step,
+                             metadata=metadata.SerializeToString())
+    writer.flush()
+
+
+def prepare_result_dir(train_dir: str) -> None:
+    """Create the train dir; drop a stale DONE, which would stop a fresh evaluator at once."""
+    os.makedirs(train_dir, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(train_dir, DONE_FILE))
+
+
+def finish(train_dir: str, style: str, step: int, losses: tuple[float, float],
+           seconds: float, checkpoint: str | None) -> None:
+    """Print the RESULT line and write DONE (same JSON plus the final checkpoint)."""
+    result = {"steps": step, "loss": round(losses[0], 6), "accuracy": round(losses[1], 6),
+              "seconds": round(seconds, 3), "train_dir": train_dir, "style": style}
+    marker = os.path.join(train_dir, DONE_FILE)
+    with open(marker + ".tmp", "w") as stream:  # whole or absent, never half-written
+        json.dump({**result, "checkpoint": checkpoint}, stream)
+    os.replace(marker + ".tmp", marker)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def due(step: int, every: int, last_step: int) -> bool:
+    """Whether a log line or checkpoint falls on `step` (the last step always gets both)."""
+    return step % every == 0 or step == last_step
+
+
+def make_dataset_fn(images: np.ndarray, labels: np.ndarray, batch_size: int, shard: bool) -> Any:
+    """A tf.distribute dataset_fn: repeated, shuffled batches of `batch_size` per replica."""
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+        if shard:
+            dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
+        dataset = dataset.shuffle(len(labels)).repeat()
+        return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
+
+    return dataset_fn
+
+
+def build_tf2_training(strategy: tf.distribute.Strategy, learning_rate: float,
+                       num_features: int) -> tuple[DigitsMLP, tf.Variable, Any]:
+    """(model, step variable, train_step) for the TF2 styles; train_step(iterator) -> means."""
+    with strategy.scope():
+        model = DigitsMLP(num_features)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def replica_step(images: Any, labels: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            loss, accuracy = loss_and_accuracy(model(images), labels)
+        variables = [getattr(model, name) for name in VARIABLE_NAMES]
+        for variable, gradient in zip(variables, tape.gradient(loss, variables), strict=True):
+            variable.assign_sub(learning_rate * gradient)
+        step.assign_add(1)
+        return loss, accuracy
+
+    @tf.function
+    def train_step(iterator: Any) -> tuple[Any, Any]:
+        images, labels = next(iterator)
+        loss, accuracy = strategy.run(replica_step, args=(images, labels))
+        mean = tf.distribute.ReduceOp.MEAN
+        return strategy.reduce(mean, loss, axis=None), strategy.reduce(mean, accuracy, axis=None)
+
+    return model, step, train_step
+
+
+def run_mirrored(args: argparse.Namespace, style: str) -> int:
+    """Single process (default strategy) or MultiWorkerMirrored: the same synchronous loop."""
+    owner, task = True, "single"
+    if style == "multi_worker":
+        strategy: tf.distribute.Strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        resolver = strategy.cluster_resolver
+        has_chief = "chief" in resolver.cluster_spec().as_dict()
+        owner = resolver.task_type == ("chief" if has_chief else "worker") and (
+            resolver.task_id == 0)
+        task = f"{resolver.task_type}:{resolver.task_id}"
+    else:
+        strategy = tf.distribute.get_strategy()
+    train_dir = os.path.abspath(args.train_dir)
+    # Every MultiWorkerMirrored worker must save (saving may run collectives); only the owner's
+    # copy is kept, the others write to a temporary dir, as the TensorFlow docs advise.
+    ckpt_dir = os.path.join(train_dir, CHECKPOINT_SUBDIR) if owner else tempfile.mkdtemp(
+        prefix=f"tfctl-{task.replace(':', '')}-")
+    if owner:
+        prepare_result_dir(train_dir)
+    images, labels, _, _ = load_digits_split()
+    model, step, train_step = build_tf2_training(strategy, args.learning_rate, images.shape[1])
+    dataset = strategy.distribute_datasets_from_function(
+        make_dataset_fn(images, labels, args.batch_size, shard=True))
+    iterator = iter(dataset)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), ckpt_dir,
+                                         max_to_keep=5, checkpoint_name=CHECKPOINT_NAME)
+    writer = (tf.summary.create_file_writer(os.path.join(train_dir, "train")) if owner
+              else tf.summary.create_noop_writer())
+    print(f"{style} {task} training {args.steps} steps", flush=True)
+    started, window, path = time.monotonic(), Window(), None
+    for number in range(1, args.steps + 1):
+        loss, accuracy = train_step(iterator)  # already reduced: reading them is local
+        window.add(float(loss), float(accuracy))
+        if due(number, args.log_every, args.steps):
+            write_scalars(writer, number, window.close(number))
+        if due(number, args.checkpoint_every, args.steps):
+            path = manager.save(checkpoint_number=number)
+    if owner:
+        finish(train_dir, style, args.steps, window.last, time.monotonic() - started, path)
+    else:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return 0
+
+
+def run_parameter_server(args: argparse.Namespace) -> int:
+    """ParameterServerStrategy: ps/worker serve forever; the chief schedules every step."""
+    # Failed RPCs go to the caller (the coordinator retries elsewhere), as the TF guide advises.
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if resolver.task_type in ("ps", "worker"):
+        server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                      task_index=resolver.task_id,
+                                      protocol=resolver.rpc_layer or "grpc", start=True)
+        print(f"ps_strategy {resolver.task_type}:{resolver.task_id} serving", flush=True)
+        server.join()
+        return 0
+    if resolver.task_type != "chief":
+        print(f"error: task type {resolver.task_type!r} has no role in a ps job", file=sys.stderr)
+        return 2
+    # The ps tasks write checkpoint shards themselves: the path must be absolute and shared.
+    train_dir = os.path.abspath(args.train_dir)
+    prepare_result_dir(train_dir)
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    images, labels, _, _ = load_digits_split()
+    model, step, train_step = build_tf2_training(strategy, args.learning_rate, images.shape[1])
+    dataset_fn = make_dataset_fn(images, labels, args.batch_size, shard=False)
+
+    @tf.function
+    def per_worker_dataset_fn() -> Any:
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, step=step), os.path.join(train_dir, CHECKPOINT_SUBDIR),
+        max_to_keep=5, checkpoint_name=CHECKPOINT_NAME)
+    writer = tf.summary.create_file_writer(os.path.join(train_dir, "train"))
+    print(f"ps_strategy chief:0 training {args.steps} steps", flush=True)
+    started, window, pending, path = time.monotonic(), Window(), [], None
+    for number in range(1, args.steps + 1):
+        pending.append(coordinator.schedule(train_step, args=(iterator,)))
+        if due(number, args.log_every, args.steps):
+            coordinator.join()  # every scheduled step done: the global step is `number`
+            for remote in pending:
+                window.add(*(float(value) for value in remote.fetch()))
+            pending = []
+            write_scalars(writer, number, window.close(number))
+        if due(number, args.checkpoint_every, args.steps):
+            coordinator.join()
+            path = manager.save(checkpoint_number=number)
+    finish(train_dir, "ps_strategy", args.steps, window.last, time.monotonic() - started, path)
+    return 0
+
+
+class SaveEveryHook(tf.compat.v1.train.SessionRunHook):
+    """Saves every `every` global steps and at the end. Replaces the stock saver hook, which
+    also writes graph events (a stray TensorBoard run) and a .meta file into the ckpt dir."""
+
+    def __init__(self, saver: Any, prefix: str, global_step: Any, every: int) -> None:
+        self.saver, self.prefix, self.global_step, self.every = saver, prefix, global_step, every
+        self.next_step, self.path, self.saved_step = every, None, 0
+
+    def before_run(self, run_context: Any) -> Any:
+        return tf.compat.v1.train.SessionRunArgs(self.global_step)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if run_values.results >= self.next_step:
+            self.save(run_context.session, run_values.results)
+
+    def end(self, session: Any) -> None:
+        self.save(session, session.run(self.global_step))
+
+    def save(self, session: Any, step: int) -> None:
+        self.path = self.saver.save(session, self.prefix, global_step=step,
+                                    write_meta_graph=False)
+        self.next_step, self.saved_step = (step // self.every + 1) * self.every, int(step)
+
+
+class PollingWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+    """WorkerSessionCreator with a short poll: the stock one waits 30 s between looks at the
+    chief (SessionManager's recovery_wait_secs), which dominates a short job."""
+
+    def __init__(self, scaffold: Any, master: str, config: Any) -> None:
+        self.scaffold, self.master, self.config = scaffold, master, config
+
+    def create_session(self) -> Any:
+        self.scaffold.finalize()
+        manager = tf.compat.v1.train.SessionManager(
+            local_init_op=self.scaffold.local_init_op, ready_op=self.scaffold.ready_op,
+            ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
+            graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=WORKER_POLL_SECS)
+        return manager.wait_for_session(self.master, config=self.config, max_wait_secs=30 * 60)
+
+
+def run_between_graph(args: argparse.Namespace) -> int:
+    """Classic flags style: async between-graph replication with tf.compat.v1."""
+    tf.compat.v1.disable_eager_execution()
+    cluster = tf.train.ClusterSpec({"ps": args.ps_hosts.split(","),
+                                    "worker": args.worker_hosts.split(",")})
+    server = tf.compat.v1.train.Server(cluster, job_name=args.job_name,
+                                       task_index=args.task_index)
+    if args.job_name == "ps":
+        print(f"flags ps:{args.task_index} serving", flush=True)
+        server.join()
+        return 0
+    is_chief, train_dir = args.task_index == 0, os.path.abspath(args.train_dir)
+    if is_chief:
+        prepare_result_dir(train_dir)
+    images, labels, _, _ = load_digits_split()
+    worker_device = f"/job:worker/task:{args.task_index}"
+    with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
+            worker_device=worker_device, cluster=cluster)):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        model = DigitsMLP(images.shape[1])
+        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).shard(
+            cluster.num_tasks("worker"), args.task_index)
+        dataset = dataset.shuffle(len(labels)).repeat().batch(args.batch_size, True)
+        batch_images, batch_labels = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+        loss, accuracy = loss_and_accuracy(model(batch_images), batch_labels)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(args.learning_rate).minimize(
+            loss, global_step=global_step, var_list=list(model.params().values()))
+        with tf.control_dependencies([train_op]):
+            step_after = tf.identity(global_step.read_value())
+        tf.compat.v1.summary.scalar("loss", loss)
+        tf.compat.v1.summary.scalar("accuracy", accuracy)
+    with tf.compat.v1.device(worker_device):  # a plain Saver writes on the chief's own disk
+        keys = {variable_key(name): var for name, var in model.params().items()}
+        saver = tf.compat.v1.train.Saver({**keys, STEP_KEY: global_step}, max_to_keep=5)
+    scaffold = tf.compat.v1.train.Scaffold(saver=saver)
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", worker_device])
+    hooks: list[Any] = [tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
+    if is_chief:
+        ckpt_dir = os.path.join(train_dir, CHECKPOINT_SUBDIR)
+        saving = SaveEveryHook(saver, os.path.join(ckpt_dir, CHECKPOINT_NAME), global_step,
+                               args.checkpoint_every)
+        hooks += [saving, tf.compat.v1.train.SummarySaverHook(
+            save_steps=args.log_every, output_dir=os.path.join(train_dir, "train"),
+            summary_op=tf.compat.v1.summary.merge_all())]
+        creator: Any = tf.compat.v1.train.ChiefSessionCreator(
+            scaffold, server.target, config, checkpoint_dir=ckpt_dir)
+    else:
+        creator = PollingWorkerSessionCreator(scaffold, server.target, config)
+    print(f"flags worker:{args.task_index} training to global step {args.steps}", flush=True)
+    started, window, step = time.monotonic(), Window(), 0
+    with tf.compat.v1.train.MonitoredSession(creator, hooks, STOP_GRACE_SECS) as session:
+        while not session.should_stop():  # log whenever the global step passes a multiple
+            _, step, batch_loss, batch_accuracy = session.run(
+                [train_op, step_after, loss, accuracy])
+            window.add(float(batch_loss), float(batch_accuracy))
+            if step // args.log_every > window.first_step // args.log_every:
+                window.close(int(step))
+    if window.steps:
+        window.close(int(step))
+    if is_chief:  # the final checkpoint's step: other workers may have moved past `step`
+        finish(train_dir, "flags", saving.saved_step, window.last, time.monotonic() - started,
+               saving.path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.job_name or args.ps_hosts or args.worker_hosts:
+        return run_between_graph(args)
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+    if cluster.get("ps"):
+        return run_parameter_server(args)
+    return run_mirrored(args, "multi_worker" if cluster else "single")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train_dir", default="out",
+                        help="checkpoints (ckpt/), summaries (train/), DONE; relative to cwd")
+    parser.add_argument("--steps", type=int, default=200, help="optimizer updates in all")
+    parser.add_argument("--batch_size", type=int, default=32, help="examples per worker step")
+    parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--log_every", type=int, default=20, help="steps between log lines")
+    parser.add_argument("--checkpoint_every", type=int, default=100,
+                        help="steps between checkpoints (the last step is always saved)")
+    parser.add_argument("--ps_hosts", default="", help="classic flags style: h:p,h:p")
+    parser.add_argument("--worker_hosts", default="", help="classic flags style: h:p,h:p")
+    parser.add_argument("--job_name", default="", choices=["", "ps", "worker"])
+    parser.add_argument("--task_index", type=int, default=0)
+    args = parser.parse_args(argv)
+    if (args.job_name or args.ps_hosts or args.worker_hosts) and not (
+            args.job_name and args.ps_hosts and args.worker_hosts):
+        parser.error("the flags style needs --job_name, --ps_hosts and --worker_hosts together")
+    for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())
