@@ -220,7 +220,8 @@ class _Resolver:
             identity_file=pick("identity_file"),
             known_hosts=pick("known_hosts") or BUILTIN_DEFAULTS["known_hosts"],
             jump=pick("jump"), workdir=workdir, python=pick("python") or "python3", env=env,
-            gpus=gpus, ps=h.ps, transport=transport, shared_fs=h.shared_fs,
+            gpus=gpus, ps=h.ps, cpu_workers=h.cpu_workers, transport=transport,
+            shared_fs=h.shared_fs,
             line=self.lines.get(("hosts", i), 0),
         )
 

@@ -44,6 +44,8 @@ class Host:
     """Selected GPU indices; empty for a CPU-only host."""
     ps: int
     """Parameter servers started on this host."""
+    cpu_workers: int = 1
+    """Workers on a CPU-only host (each with an empty mask); GPU hosts derive them from `gpus`."""
     transport: Transport = "ssh"
     shared_fs: bool = False
     """True when this host sees the same filesystem as the first synced host (sync skips it)."""

@@ -150,7 +150,7 @@ def _cluster_slots(inv: Inventory) -> list[_Slot]:
 def worker_masks(host: Host, layout: str) -> list[str]:
     """The CUDA_VISIBLE_DEVICES of each worker on `host`: one per GPU, one for all, or CPU."""
     if not host.gpus:
-        return [""]
+        return [""] * host.cpu_workers
     if layout == "per_host":
         return [",".join(str(g) for g in host.gpus)]
     return [str(g) for g in host.gpus]

@@ -49,6 +49,7 @@ class HostSpec(SshSpec):
     address: str | None = Field(default=None, min_length=1)
     gpus: int | list[int] = 0
     ps: int = Field(default=1, ge=0, le=64)
+    cpu_workers: int = Field(default=1, ge=1, le=64)
     shared_fs: bool = False
 
     @field_validator("gpus")

@@ -1,0 +1,65 @@
+"""Helpers for end-to-end tests on the lab: run the real CLI, read processes on the hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+
+
+def tfctl(inventory: Path, *args: str, timeout: float = 240,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real `tfctl` command line (a new process, as a user would)."""
+    return subprocess.run([sys.executable, "-m", "tfctl.tui", "-i", str(inventory), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=inventory.parent)
+
+
+def job_dir(tmp: Path, script: str = "lightjob.py") -> Path:
+    d = tmp / "job"
+    d.mkdir(exist_ok=True)
+    shutil.copy(HERE / script, d / "job.py")
+    return d
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+def cmdline_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def processes_of_run(run_id: str) -> dict[int, dict[str, str]]:
+    """Every live process on this machine (all lab hosts share /proc) tagged with the run."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = environ_of(int(entry))
+        except OSError:
+            continue
+        if env.get("TFCTL_RUN_ID") == run_id:
+            found[int(entry)] = env
+    return found
+
+
+def status_json(inventory: Path) -> dict[str, Any]:
+    proc = tfctl(inventory, "status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def run_id_from(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("run ") and " is up" in line:
+            return line.split()[1]
+    raise AssertionError(f"no run id in output:\n{output}")
