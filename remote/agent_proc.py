@@ -108,8 +108,22 @@ def tagged_processes(run_id: str | None = None) -> dict[int, tuple[str, str | No
         run, task = proc_tags(pid)
         if run is None or (run_id is not None and run != run_id) or not is_alive(pid):
             continue
+        if not same_network_namespace(pid):
+            continue
         found[pid] = (run, task)
     return found
+
+
+def same_network_namespace(pid: int) -> bool:
+    """True when `pid` lives in our network namespace, i.e. on this host.
+
+    Machines that share one kernel (network-namespace test hosts, containers) share /proc; a
+    process of the same run on another such host is that host's business, not ours.
+    """
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    except OSError:
+        return True  # cannot tell (another user's process): keep the old behaviour
 
 
 def group_members(pgids: Iterable[int]) -> dict[int, int]:

@@ -32,6 +32,10 @@ class LaunchFailed(RemoteError):
         super().__init__(host, what, detail, kind="launch")
         self.cleaned = cleaned
 
+    def full(self) -> str:
+        text = super().full()
+        return f"{text}\nrolled back: {self.cleaned}" if self.cleaned else text
+
 
 @dataclass(frozen=True)
 class Started:
@@ -87,6 +91,10 @@ def _preflight(host: str, t: Any, plan: Plan) -> None:
         port = int(state["port"])
         if not state.get("free"):
             task = next(x.name for x in plan.on_host(host) if x.port == port)
+            if state.get("tfctl_run_id"):
+                raise LaunchFailed(host, f"run {state['tfctl_run_id']} is still live there "
+                                         f"(its {state.get('tfctl_task')} holds port {port}): "
+                                         "run `tfctl down` first")
             raise LaunchFailed(host, f"port {port} (for {task}) is already in use: "
                                      f"{describe_holder(state)}; stop it or change job.ports")
 

@@ -48,6 +48,7 @@ def main() -> int:
     server = None
     if addr:
         server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC servers do
         server.bind(("0.0.0.0", int(addr.rsplit(":", 1)[1])))
         server.listen()
     if kind == "ps" or args.forever:

@@ -1,0 +1,1 @@
+"""tfctl tests (a package so helpers import as `tests.<module>`)."""

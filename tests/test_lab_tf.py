@@ -1,0 +1,63 @@
+"""Real distributed TensorFlow (CPU) launched by tfctl on three real sshd hosts, both styles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.labtools import environ_of, processes_of_run, run_id_from, tfctl
+
+pytestmark = [pytest.mark.lab, pytest.mark.tf]
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def _job_dir(tmp: Path) -> Path:
+    d = tmp / "job"
+    d.mkdir()
+    for name in ("train.py", "evaluate.py"):
+        shutil.copy(EXAMPLES / name, d / name)
+    return d
+
+
+def _run(lab, tmp_path: Path, job: dict, **kw) -> tuple[Path, str, str]:  # type: ignore[no-untyped-def, type-arg]
+    inv = lab.write_inventory(_job_dir(tmp_path) / "cluster.yaml", job, **kw)
+    plan = json.loads(tfctl(inv, "plan", "--json").stdout)
+    up = tfctl(inv, "up", timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        run_id = run_id_from(up.stdout)
+        # While it runs: every live task's mask and role are exactly what `plan` printed.
+        for pid, env in processes_of_run(run_id).items():
+            task = next(t for t in plan["tasks"] if t["name"] == env["TFCTL_TASK"])
+            assert environ_of(pid)["CUDA_VISIBLE_DEVICES"] == task["cuda_visible_devices"]
+            if "TF_CONFIG" in task["env"]:
+                assert env["TF_CONFIG"] == task["env"]["TF_CONFIG"]
+        wait = tfctl(inv, "wait", "--timeout", "240", timeout=300)
+        if wait.returncode != 0:
+            raise AssertionError(wait.stderr + tfctl(inv, "logs", "-n", "30").stdout)
+        assert processes_of_run(run_id) == {}
+        return inv, run_id, tfctl(inv, "logs", "-n", "400").stdout
+    finally:
+        tfctl(inv, "down", "--grace", "1")
+
+
+def test_flags_style_between_graph(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    job = {"script": "train.py", "style": "flags", "args": ["--steps=40", "--log_every=10"]}
+    _, _, logs = _run(lab, tmp_path, job, ps={"h2": 0, "h3": 0})
+    assert "worker:0 | RESULT" in logs
+    out = lab.host("h1").workdir / "out"  # worker 0 (the chief) runs on h1
+    assert list((out / "ckpt").glob("ckpt-*.index"))
+    assert list((out / "train").glob("events.out.tfevents.*"))
+
+
+def test_tf_config_multi_worker_mirrored(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    job = {"script": "train.py", "style": "tf_config", "args": ["--steps=30", "--log_every=10"]}
+    _, _, logs = _run(lab, tmp_path, job, ps={"h1": 0, "h2": 0, "h3": 0}, hosts=["h1", "h2"])
+    assert "worker:0 | RESULT" in logs and '"style": "multi_worker"' in logs
+    out = lab.host("h1").workdir / "out"
+    assert list((out / "ckpt").glob("ckpt-*.index"))
+    assert list((out / "train").glob("events.out.tfevents.*"))
