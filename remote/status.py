@@ -1,8 +1,9 @@
 """A run's live state, read from the hosts, and the rule for when the job has ended.
 
 The job ends when the chief has exited or, with no chief, every worker has. Parameter servers
-never exit on their own (`server.join()`), so whoever observes the end (`wait`, `status`, the UI)
-stops them and marks the run finished with the chief's / workers' exit status.
+(and ParameterServerStrategy's workers) never exit on their own (`server.join()`), so whoever
+observes the end (`wait`, `status`, the UI) stops them and marks the run finished with the
+chief's / workers' exit status.
 """
 
 from __future__ import annotations
@@ -128,7 +129,9 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
         return []
     from tfctl.remote.stop import stop_run
 
-    ps = [t.name for t in status.tasks if t.type == "ps" and not t.ended]
+    # ps tasks (and ParameterServerStrategy's workers) only serve: `server.join()` never
+    # returns. TensorBoard and the evaluator are left for the user to read the results.
+    ps = [t.name for t in status.tasks if t.type in ("ps", "worker") and not t.ended]
     stopped: list[str] = []
     if ps:
         result = stop_run(fleet, status.run_id, hosts, grace_s=5.0, tasks=ps)

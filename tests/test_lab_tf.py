@@ -56,8 +56,19 @@ def test_flags_style_between_graph(lab, tmp_path: Path) -> None:  # type: ignore
 
 def test_tf_config_multi_worker_mirrored(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     job = {"script": "train.py", "style": "tf_config", "args": ["--steps=30", "--log_every=10"]}
-    _, _, logs = _run(lab, tmp_path, job, ps={"h1": 0, "h2": 0, "h3": 0}, hosts=["h1", "h2"])
+    _, _, logs = _run(lab, tmp_path, job, ps={"h1": 0, "h2": 0}, hosts=["h1", "h2"])
     assert "worker:0 | RESULT" in logs and '"style": "multi_worker"' in logs
     out = lab.host("h1").workdir / "out"
     assert list((out / "ckpt").glob("ckpt-*.index"))
     assert list((out / "train").glob("events.out.tfevents.*"))
+
+
+def test_tf_config_parameter_server_strategy_with_chief(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # ParameterServerStrategy checkpoints need one directory shared by the chief and every ps
+    # (FIELD.md §2): the lab hosts share this machine's filesystem, so an absolute path is it.
+    shared = tmp_path / "shared-out"
+    job = {"script": "train.py", "style": "tf_config", "chief": True,
+           "args": [f"--train_dir={shared}", "--steps=30", "--log_every=10"]}
+    _, _, logs = _run(lab, tmp_path, job, hosts=["h1", "h2"])
+    assert "chief:0 | RESULT" in logs and '"style": "ps_strategy"' in logs
+    assert list((shared / "ckpt").glob("ckpt-*.index"))
