@@ -26,7 +26,10 @@ CLUSTER_TYPES = ("chief", "worker", "ps")
 # Launch order: servers first, then those that connect to them.
 LAUNCH_ORDER = ("ps", "worker", "chief", "evaluator", "tensorboard")
 
-BASE_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "PYTHONUNBUFFERED": "1"}
+# PCI_BUS_ID: masks are nvidia-smi indices (PCI order); CUDA's default is fastest-first, which on
+# a mixed box (TITAN X + GTX 970) would put a task on another GPU than its mask names.
+BASE_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "PYTHONUNBUFFERED": "1",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 @dataclass(frozen=True)

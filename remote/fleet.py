@@ -7,6 +7,7 @@ host lives for the whole command, so later steps reuse the connection instead of
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,13 +51,15 @@ class Fleet:
         self.inventory = inventory
         self.options = options or SshOptions()
         self._transports: dict[str, Transport] = {}
+        self._lock = threading.Lock()  # the UI's pollers and the telemetry hub share a fleet
 
     def transport(self, host: Host | str) -> Transport:
         h = self.inventory.host(host) if isinstance(host, str) else host
-        if h.name not in self._transports:
-            self._transports[h.name] = (LocalTransport(h) if h.transport == "local"
-                                        else SshTransport(h, self.options))
-        return self._transports[h.name]
+        with self._lock:
+            if h.name not in self._transports:
+                self._transports[h.name] = (LocalTransport(h) if h.transport == "local"
+                                            else SshTransport(h, self.options))
+            return self._transports[h.name]
 
     def map(self, step: Callable[[Transport], T], hosts: Iterable[Host | str] | None = None
             ) -> FleetResult[T]:
