@@ -214,7 +214,7 @@ class _Resolver:
         env = dict(d.env or {})
         env.update(h.env or {})
         workdir = pick("workdir") or BUILTIN_DEFAULTS["workdir"].format(name=self.spec.name)
-        transport = pick("transport") or "ssh"
+        transport: model.Transport = pick("transport") or "ssh"
         return model.Host(
             name=h.name, address=h.address or h.name, user=pick("user"), port=pick("port"),
             identity_file=pick("identity_file"),
