@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ def test_demo_runs_to_completion_and_leaves_nothing(tmp_path: Path) -> None:
                            "--dir", str(demo_dir)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "result: 30 steps" in proc.stdout
+    # the classic async flags style may overshoot the last step by one or two
+    steps = re.search(r"result: (\d+) steps, loss [\d.]+, accuracy [\d.]+", proc.stdout)
+    assert steps and 30 <= int(steps.group(1)) <= 33, proc.stdout[-2000:]
     assert list((demo_dir / "out" / "ckpt").glob("ckpt-*.index")), "no checkpoint written"
     assert list((demo_dir / "out").rglob("events.out.tfevents.*")), "no TensorBoard events"
     state = json.loads((demo_dir / ".tfctl-state-demo.json").read_text())
