@@ -30,16 +30,24 @@ import train
 tf = train.tf
 
 
-def read_done_step(train_dir: str) -> int | None:
-    """The final global step from DONE, or None while training is still going."""
+def read_done_step(train_dir: str, run_id: str | None = None) -> int | None:
+    """The final global step from DONE, or None while training is still going.
+
+    Under tfctl (`run_id` is our TFCTL_RUN_ID) a DONE naming another run is a previous job's
+    in a reused train dir, still there because the new chief starts beside us and has not
+    removed it yet: it must not end this evaluation at once."""
     try:
         with open(os.path.join(train_dir, train.DONE_FILE)) as marker:
-            return int(json.load(marker)["steps"])
+            done = json.load(marker)
+        steps = int(done["steps"])
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as error:  # half-written marker: look again later
         print(f"eval: DONE not readable yet ({error})", flush=True)
         return None
+    if run_id and done.get("run_id") and done["run_id"] != run_id:
+        return None
+    return steps
 
 
 def restore(checkpoint_path: str) -> tuple[int, dict[str, Any]]:
@@ -69,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     started, evaluated, last_path, last_step = time.monotonic(), 0, None, -1
     print(f"eval watching {ckpt_dir} every {args.eval_interval_secs}s", flush=True)
     while True:
-        done_step = read_done_step(train_dir)  # read before the checkpoint: no race with DONE
+        # Read before the checkpoint: no race with DONE.
+        done_step = read_done_step(train_dir, os.environ.get("TFCTL_RUN_ID"))
         path = tf.train.latest_checkpoint(ckpt_dir) if os.path.isdir(ckpt_dir) else None
         if path is not None and path != last_path:
             try:

@@ -180,7 +180,10 @@ def finish(train_dir: str, style: str, step: int, losses: tuple[float, float],
               "seconds": round(seconds, 3), "train_dir": train_dir, "style": style}
     marker = os.path.join(train_dir, DONE_FILE)
     with open(marker + ".tmp", "w") as stream:  # whole or absent, never half-written
-        json.dump({**result, "checkpoint": checkpoint}, stream)
+        # tfctl's run id (None outside tfctl): an evaluator of a later run reusing this train
+        # dir knows this DONE is not its own job's, even before the new chief removes it.
+        json.dump({**result, "checkpoint": checkpoint,
+                   "run_id": os.environ.get("TFCTL_RUN_ID")}, stream)
     os.replace(marker + ".tmp", marker)
     print("RESULT " + json.dumps(result), flush=True)
 

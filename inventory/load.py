@@ -21,6 +21,7 @@ from tfctl.inventory.hostfile import read_hostfile
 from tfctl.inventory.yamlmarks import PathKey, format_path, load_with_lines
 
 DEFAULT_INVENTORY = "cluster.yaml"
+MAX_BYTES = 1024 * 1024
 BUILTIN_DEFAULTS = {
     "known_hosts": "~/.ssh/known_hosts",
     "workdir": "~/tfctl/{name}",
@@ -43,6 +44,12 @@ def _read_text(filename: str) -> str:
     if p.is_dir():
         raise InventoryError(filename, None, "", "is a directory, not an inventory file",
                              f"pass the YAML file inside it, e.g. {p / DEFAULT_INVENTORY}")
+    if not p.is_file():
+        raise InventoryError(filename, None, "", "is not a regular file (a device or a pipe?)",
+                             "pass a YAML file")
+    if p.stat().st_size > MAX_BYTES:
+        raise InventoryError(filename, None, "", f"is larger than {MAX_BYTES // 1024} KiB",
+                             "an inventory is a small YAML file; is this the right file?")
     try:
         data = p.read_bytes()
     except OSError as exc:
@@ -96,7 +103,9 @@ def _first_error(exc: ValidationError, lines: Mapping[PathKey, int],
         return InventoryError(filename, _line_for(loc[:-1], lines), format_path(loc),
                               "this key is required", _missing_hint(loc))
     message = err["msg"].replace("Value error, ", "")
-    return InventoryError(filename, line, format_path(loc), f"{message} (got {err['input']!r})",
+    got = repr(err["input"])
+    got = got if len(got) <= 60 else got[:57] + "..."
+    return InventoryError(filename, line, format_path(loc), f"{message} (got {got})",
                           _type_hint(loc))
 
 
@@ -149,6 +158,8 @@ _EXAMPLES = {
     "transport": "write `transport: ssh` or `transport: local`",
     "name": "use letters, digits, `_`, `.` and `-` (starting with a letter or digit)",
     "hosts": "write a list of host mappings, e.g. `hosts: [{name: titan, gpus: 4}]`",
+    "address": "write an IP, a DNS name or an ~/.ssh/config alias (no spaces, not starting "
+               "with `-`)",
 }
 
 

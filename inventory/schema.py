@@ -7,11 +7,15 @@ Every model forbids unknown keys (a typo must not be silently ignored) and is st
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 Port = int
+# A variable name as a shell and execve() accept it (no `=`, no NUL, not empty).
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# What execve() can carry: anything but NUL.
+Arg = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
 
 
 class _Strict(BaseModel):
@@ -34,7 +38,7 @@ class SshSpec(_Strict):
     jump: str | None = None
     workdir: str | None = None
     python: str | None = None
-    env: dict[str, str] | None = None
+    env: dict[EnvName, Arg] | None = None
     transport: Literal["ssh", "local"] | None = None
 
     _port = field_validator("port")(classmethod(lambda cls, v: _check_port(v)))
@@ -46,7 +50,8 @@ class DefaultsSpec(SshSpec):
 
 class HostSpec(SshSpec):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    address: str | None = Field(default=None, min_length=1)
+    # Never starting with `-`: an address must not be readable as an ssh/rsync option.
+    address: str | None = Field(default=None, min_length=1, pattern=r"^[^-\s][^\s]*$")
     gpus: int | list[int] = 0
     ps: int = Field(default=1, ge=0, le=64)
     cpu_workers: int = Field(default=1, ge=1, le=64)
@@ -65,7 +70,7 @@ class HostSpec(SshSpec):
 class EvaluatorSpec(_Strict):
     host: str
     script: str = Field(min_length=1)
-    args: list[str] = []
+    args: list[Arg] = []
 
 
 class TensorBoardSpec(_Strict):
@@ -103,7 +108,7 @@ class RestartSpec(_Strict):
 
 class JobSpec(_Strict):
     script: str = Field(min_length=1)
-    args: list[str] = []
+    args: list[Arg] = []
     style: Literal["tf_config", "flags"] = "tf_config"
     workers: Literal["per_gpu", "per_host"] = "per_gpu"
     chief: bool | str = False

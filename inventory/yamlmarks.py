@@ -34,17 +34,31 @@ def load_with_lines(text: str, filename: str) -> tuple[Any, dict[PathKey, int]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
+        if line is None and isinstance(getattr(exc, "position", None), int):
+            # a ReaderError (control character) has a character offset instead of a mark
+            line = text[: exc.position].count("\n") + 1  # type: ignore[attr-defined]
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InventoryError(filename, line, "", f"not valid YAML: {problem}",
                              "check the indentation and quoting on that line") from None
     lines: dict[PathKey, int] = {}
     if node is None:
         return None, lines
-    data = _convert(node, (), lines, filename)
+    data = _convert(node, (), lines, filename, [0])
     return data, lines
 
 
-def _convert(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], filename: str) -> Any:
+# An inventory has a few hundred values; aliases of aliases ("billion laughs") must not expand
+# into millions of them.
+MAX_VALUES = 100_000
+
+
+def _convert(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], filename: str,
+             count: list[int]) -> Any:
+    count[0] += 1
+    if count[0] > MAX_VALUES:
+        raise InventoryError(filename, node.start_mark.line + 1, format_path(path),
+                             f"expands to more than {MAX_VALUES} values (aliases of aliases?)",
+                             "write the values out instead of nesting aliases")
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -58,10 +72,11 @@ def _convert(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], filename
                                      "this key appears twice in the same mapping",
                                      "keep one of them")
             lines[child] = key_node.start_mark.line + 1
-            out[key] = _convert(value_node, child, lines, filename)
+            out[key] = _convert(value_node, child, lines, filename, count)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), lines, filename) for i, item in enumerate(node.value)]
+        return [_convert(item, (*path, i), lines, filename, count)
+                for i, item in enumerate(node.value)]
     return _scalar(node, filename)
 
 

@@ -250,8 +250,8 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
     while True:
         try:
             child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
-        except OSError as exc:
-            error = f"cannot start {name}: {argv[0]}: {exc.strerror or exc}"
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte or `=` in argv/env
+            error = f"cannot start {name}: {argv[0]}: {getattr(exc, 'strerror', None) or exc}"
             _log(error)
             write_json(paths[".exit.json"], dict(exit_code=127, signal=None, ended_at=now(),
                                                  error=error, restarts=restarts))

@@ -1,9 +1,10 @@
 """`tfctl check`: the preflight, every host in parallel, one finding per problem.
 
 Per host: reachable over SSH with a verified key; the inventory's python runs; its TensorFlow
-version; nvidia-smi and the GPU indices the inventory selects; every task port free; and every
-other host able to reach this host's task ports (temporary listeners, then connects from every
-peer), which is what a firewall between lab machines breaks.
+version; nvidia-smi and the GPU indices the inventory selects; no other user's or run's process
+on the GPUs the plan assigns; every task port free; and every other host able to reach this
+host's task ports (temporary listeners, then connects from every peer), which is what a firewall
+between lab machines breaks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from tfctl.inventory.plan import Plan
 from tfctl.remote import agentclient
 from tfctl.remote.fleet import Fleet
+from tfctl.remote.gpu_busy import find_busy_gpus
 from tfctl.remote.transport import Transport
 
 Level = Literal["ok", "info", "warn", "fail"]
@@ -52,6 +54,7 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
         _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus)
     reachable = [n for n in probes.succeeded]
     busy = _check_ports(fleet, plan, reachable, reports)
+    _check_gpus_free(fleet, plan, reachable, reports)
     _check_peers(fleet, plan, reachable, busy, reports)
     return [reports[h.name] for h in inv.hosts]
 
@@ -69,6 +72,10 @@ def _judge_probe(report: HostReport, probe: Mapping[str, Any], found: list[int] 
                  wanted: tuple[int, ...]) -> None:
     report.add("ok", f"reachable as {probe.get('user')}@{probe.get('hostname')}, "
                      f"python {probe.get('python')} ({probe.get('executable')})")
+    if probe.get("configured_python_missing"):
+        report.add("fail", "the inventory's `python:` does not exist there yet (if `job.setup` "
+                           "creates it, run `tfctl setup`); TensorFlow not checked")
+        return
     tf = probe.get("tf_version")
     if tf:
         report.add("ok", f"TensorFlow {tf}")
@@ -112,6 +119,23 @@ def _check_ports(fleet: Fleet, plan: Plan, hosts: list[str],
     for name, exc in answers.failed.items():
         reports[name].add("fail", str(exc))
     return busy
+
+
+def _check_gpus_free(fleet: Fleet, plan: Plan, hosts: list[str],
+                     reports: dict[str, HostReport]) -> None:
+    """Other users' or runs' compute processes on the GPUs the plan assigns: one fail each."""
+    report = find_busy_gpus(fleet, plan, hosts)
+    for name, state in report.hosts.items():
+        if state.error:
+            continue  # the probe has judged nvidia-smi already
+        free = ", ".join(map(str, state.free)) or "none"
+        for user in state.busy:
+            reports[name].add("fail", f"{user.describe()} is using a GPU the plan assigns "
+                                      f"(free GPUs there: {free})")
+        if not state.busy:
+            reports[name].add("ok", f"GPUs {list(state.assigned)} free of other processes")
+    for name, exc in report.unreachable.items():
+        reports[name].add("fail", f"cannot check its GPUs: {exc}")
 
 
 def describe_holder(state: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ from tfctl.remote.fleet import Fleet
 from tfctl.remote.launch import launch, new_run_id
 from tfctl.remote.logs import LogFollower
 from tfctl.remote.runstate import CurrentRun, current_run, remember
+from tfctl.remote.setup import attach_logs, raise_if_failed, run_setup
 from tfctl.remote.ssh import SshOptions
 from tfctl.remote.status import (
     RunStatus,
@@ -88,11 +89,15 @@ class RunController:
             raise next(iter(result.failed.values()))
         return dict(result.succeeded)
 
-    def up(self, say: Say, do_sync: bool = True) -> str:
+    def up(self, say: Say, do_sync: bool = True, force_setup: bool = False) -> str:
         if do_sync and self.inventory.job.sync.enabled:
             self.sync()
+        setup = run_setup(self.fleet, force=force_setup,
+                          progress=lambda host, text: say(f"setup {host}: {text}"))
+        raise_if_failed(setup)  # a SetupFailed names the host, the command and its status
         run_id = new_run_id()
         launch(self.fleet, self.plan, run_id, say)
+        attach_logs(self.fleet, run_id, setup)
         remember(self.inventory, run_id, self.plan.hosts_used)
         self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
         return run_id

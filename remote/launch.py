@@ -5,15 +5,21 @@ chief, evaluator and TensorBoard. A port already held by an old server would let
 "succeed" against it, so every task port is checked free before anything starts. If any task
 cannot start, everything this run started is stopped again and the cause is reported with the
 task's last log lines; nothing half-started is left behind.
+
+Ctrl-C (KeyboardInterrupt) is handled the same way: the start phases run in a helper thread and
+wait for ports in short rounds (`WAIT_ROUND_S`), so an interrupt is acted on within one round,
+after any in-flight `launch` has returned (stopping before it returned could miss tasks it was
+still starting); then the rollback runs and `Interrupted` says what it stopped.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tfctl.inventory.plan import Plan, Task
 from tfctl.remote import agentclient
@@ -22,6 +28,8 @@ from tfctl.remote.errors import RemoteError
 from tfctl.remote.fleet import Fleet, FleetResult
 
 Say = Callable[[str], None]
+T = TypeVar("T")
+WAIT_ROUND_S = 2.0
 PHASES: tuple[tuple[str, ...], ...] = (("ps",), ("worker", "chief", "evaluator", "tensorboard"))
 
 
@@ -35,6 +43,14 @@ class LaunchFailed(RemoteError):
     def full(self) -> str:
         text = super().full()
         return f"{text}\nrolled back: {self.cleaned}" if self.cleaned else text
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C/SIGTERM during launch, raised after the rollback; `cleaned` says what it stopped."""
+
+    def __init__(self, cleaned: str):
+        super().__init__(cleaned)
+        self.cleaned = cleaned
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,7 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
             raise LaunchFailed(exc.host, exc.what, exc.detail, cleaned) from None
         if isinstance(exc, KeyboardInterrupt):
             say(f"interrupted: {cleaned}")
+            raise Interrupted(cleaned) from None
         raise
     return started
 
@@ -120,19 +137,65 @@ def _start_phase(fleet: Fleet, plan: Plan, run_id: str, phase: tuple[str, ...],
     by_host = {h: [t.name for t in plan.on_host(h) if t.type in phase] for h in plan.hosts_used}
     by_host = {h: names for h, names in by_host.items() if names}
 
+    cancel = threading.Event()
+
     def start(t: Any) -> list[Started]:
         host = t.host
         names = by_host[host.name]
         args = {"workdir": host.workdir, "run_id": run_id, "tasks": names}
         pids = agentclient.call(t, "launch", args)["tasks"]
-        waited = agentclient.call(t, "wait_ports", {**args, "timeout_s": timeout_s},
-                                  timeout_s=timeout_s + 30)["tasks"]
+        waited = _wait_listening(t, args, timeout_s, cancel)
         _judge_start(host.name, waited)
         return [Started(n, host.name, int(pids[n]["pid"]), int(pids[n]["pgid"])) for n in names]
 
-    result = fleet.map(start, list(by_host))
+    result = _interruptible(lambda: fleet.map(start, list(by_host)), cancel)
     _raise_first(result, "start")
     return [s for group in result.succeeded.values() for s in group]
+
+
+def _wait_listening(t: Any, args: dict[str, Any], timeout_s: float,
+                    cancel: threading.Event) -> dict[str, Any]:
+    """`wait_ports` in rounds of at most WAIT_ROUND_S until every task listens, ended, or the
+    time is up; stops early (as a failure) once `cancel` is set."""
+    deadline = time.monotonic() + timeout_s
+    pending, done = list(args["tasks"]), {}
+    while pending:
+        if cancel.is_set():
+            raise RemoteError(t.host.name, "interrupted while its tasks were starting")
+        left = max(0.0, deadline - time.monotonic())
+        last = left <= WAIT_ROUND_S
+        answer = agentclient.call(t, "wait_ports", {**args, "tasks": pending,
+                                                    "timeout_s": min(left, WAIT_ROUND_S)},
+                                  timeout_s=WAIT_ROUND_S + 30)["tasks"]
+        done.update({n: s for n, s in answer.items() if last or s.get("state") != "timeout"})
+        pending = [n for n in pending if n not in done]
+    return done
+
+
+def _interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
+    """`run()` in a helper thread, so that Ctrl-C reaches us at once; on Ctrl-C, set `cancel`,
+    let `run` wind down (its calls in flight end within one round), then re-raise."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = run()
+        except BaseException as exc:  # handed to the caller's thread below
+            box["error"] = exc
+
+    worker = threading.Thread(target=body, name="tfctl-start-phase", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except BaseException:
+        cancel.set()
+        worker.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
 
 
 def _judge_start(host: str, waited: Mapping[str, Any]) -> None:

@@ -8,6 +8,7 @@ avoids invoke's per-command runner threads.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -100,6 +101,46 @@ class SshTransport:
         channel.shutdown_write()
         return SshStream(channel)
 
+    def open_pipe(self, command: str) -> SshPipe:
+        """`command` with stdin left open, stderr merged into stdout: a session to talk to."""
+        channel = self._session()
+        channel.set_combine_stderr(True)
+        channel.exec_command(command)
+        return SshPipe(channel)
+
+    def relay(self, sock: socket.socket, command: str) -> tuple[int | None, str]:
+        """Run `command` with its stdin and stdout joined to `sock` until its output ends.
+
+        How rsync reuses this connection (sync.py): its remote shell is a tiny bridge process
+        on the other end of `sock`. Returns the exit status and the command's stderr.
+        """
+        channel = self._session()
+        channel.exec_command(command)
+
+        def upstream() -> None:
+            try:
+                while data := sock.recv(65536):
+                    channel.sendall(data)
+                channel.shutdown_write()
+            except (OSError, EOFError, paramiko.SSHException):
+                return  # the command ended first; the downstream loop reports how
+
+        pump = threading.Thread(target=upstream, name=f"relay-{self.host.name}", daemon=True)
+        pump.start()
+        try:
+            while data := channel.recv(65536):
+                sock.sendall(data)
+            code = channel.recv_exit_status()
+            err = bytearray()
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(65536)
+        finally:
+            channel.close()
+            with contextlib.suppress(OSError):  # the bridge may be gone already
+                sock.shutdown(socket.SHUT_RDWR)
+        pump.join(5)
+        return code, err.decode(errors="replace")
+
     def _session(self) -> paramiko.Channel:
         try:
             return self.paramiko_transport.open_session(timeout=self.options.connect_timeout_s)
@@ -133,6 +174,61 @@ class SshStream:
             yield buf.decode(errors="replace")
 
     def close(self) -> None:
+        self.channel.close()
+
+
+class SshPipe:
+    """Lines to and from a long-running command on one channel (the agent's session)."""
+
+    def __init__(self, channel: paramiko.Channel):
+        self.channel = channel
+        self._buffer = bytearray()
+        self._broken = False
+
+    @property
+    def alive(self) -> bool:
+        ch = self.channel
+        return not (self._broken or ch.closed or ch.eof_received or ch.exit_status_ready())
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.channel.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            # The command is gone (python missing) or the link broke: reading says which.
+            self._broken = True
+
+    def read_line(self, timeout_s: float | None) -> bytes | None:
+        """The next line; None once the command's output has ended; TimeoutError if none
+        arrives within `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end + 1])
+                del self._buffer[:end + 1]
+                return line
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            self.channel.settimeout(left)
+            data = self.channel.recv(65536)  # TimeoutError (socket.timeout) when none came
+            if not data:
+                line, self._buffer = bytes(self._buffer), bytearray()
+                return line or None
+            self._buffer += data
+
+    def finish(self, wait_s: float = 5.0) -> tuple[int | None, str]:
+        """After the output ended: the exit status (None if it never came) and unread output."""
+        deadline = time.monotonic() + wait_s
+        while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        code = self.channel.recv_exit_status() if self.channel.exit_status_ready() else None
+        rest = bytes(self._buffer).decode(errors="replace")
+        self.close()
+        return code, rest
+
+    def close(self) -> None:
+        self._broken = True
         self.channel.close()
 
 

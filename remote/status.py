@@ -4,6 +4,14 @@ The job ends when the chief has exited or, with no chief, every worker has. Para
 (and ParameterServerStrategy's workers) never exit on their own (`server.join()`), so whoever
 observes the end (`wait`, `status`, the UI) stops them and marks the run finished with the
 chief's / workers' exit status.
+
+A failed parameter server or chief (killed, lost, or exited non-zero, with no restart left) ends
+the job too: workers block on a missing ps forever (classic flags) or fail with it
+(ParameterServerStrategy), and nothing drives them without the chief. `fatal_failure` names that
+task; whoever observes it stops the remaining ps, workers and chief (the evaluator and TensorBoard
+stay up for reading the results) and the job's status is the failed task's. To resume instead,
+ask for `restart: {chief: on-failure}` (the chief restarts and reads its checkpoint) — while a
+restart is pending the task is `starting`, not failed.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from tfctl.remote import agentclient
 from tfctl.remote.fleet import Fleet
 
 ENDED = ("exited", "killed", "stopped", "lost")
+FATAL_TYPES = ("ps", "chief")
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,8 @@ class TaskStatus:
     restarts: int = 0
     last_line: str = ""
     mask: str | None = None
+    last_lines: tuple[str, ...] = ()
+    """The log's last lines, as many as the status read asked for (`tail`)."""
 
     @property
     def type(self) -> str:
@@ -72,6 +83,10 @@ class RunStatus:
     def exit_code(self) -> int:
         return job_exit_code(self.tasks)
 
+    @property
+    def fatal(self) -> TaskStatus | None:
+        return fatal_failure(self.tasks)
+
 
 def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> RunStatus:
     answers = fleet.map(lambda t: agentclient.call(
@@ -93,11 +108,25 @@ def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
         name=raw["name"], host=host, state=raw.get("state", "lost"), pid=raw.get("pid"),
         exit_code=raw.get("exit_code"), signal=raw.get("signal"), uptime_s=raw.get("uptime_s"),
         restarts=int(raw.get("restarts") or 0), last_line=lines[-1] if lines else "",
-        mask=raw.get("cuda_visible_devices"),
+        mask=raw.get("cuda_visible_devices"), last_lines=tuple(lines),
     )
 
 
+def fatal_failure(tasks: tuple[TaskStatus, ...]) -> TaskStatus | None:
+    """The first ps or chief that failed for good: the job cannot continue without it."""
+    return next((t for t in tasks if t.type in FATAL_TYPES and t.failed), None)
+
+
+def describe_fatal(task: TaskStatus) -> str:
+    """`ps:0 on h1 failed (killed by SIGKILL): the job cannot continue without its parameter
+    servers`."""
+    return (f"{task.name} on {task.host} failed ({task.describe()}): the job cannot continue "
+            f"without {'its parameter servers' if task.type == 'ps' else 'its chief'}")
+
+
 def job_ended(tasks: tuple[TaskStatus, ...]) -> bool:
+    if fatal_failure(tasks) is not None:
+        return True
     chiefs = [t for t in tasks if t.type == "chief"]
     if chiefs:
         return all(t.ended for t in chiefs)
@@ -106,8 +135,11 @@ def job_ended(tasks: tuple[TaskStatus, ...]) -> bool:
 
 
 def job_exit_code(tasks: tuple[TaskStatus, ...]) -> int:
-    """The job's status: the chief's, or the worst worker's (a signal counts as 128+n)."""
-    deciders = [t for t in tasks if t.type == "chief"] or [t for t in tasks if t.type == "worker"]
+    """The job's status: a failed ps's or chief's, else the chief's, or the worst worker's (a
+    signal counts as 128+n)."""
+    fatal = fatal_failure(tasks)
+    deciders = [fatal] if fatal is not None else (
+        [t for t in tasks if t.type == "chief"] or [t for t in tasks if t.type == "worker"])
     worst = 0
     for t in deciders:
         if t.state == "exited":
@@ -130,8 +162,10 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
     from tfctl.remote.stop import stop_run
 
     # ps tasks (and ParameterServerStrategy's workers) only serve: `server.join()` never
-    # returns. TensorBoard and the evaluator are left for the user to read the results.
-    ps = [t.name for t in status.tasks if t.type in ("ps", "worker") and not t.ended]
+    # returns; after a fatal failure the chief goes too. TensorBoard and the evaluator are left
+    # for the user to read the results.
+    serving = ("ps", "worker", "chief") if status.fatal is not None else ("ps", "worker")
+    ps = [t.name for t in status.tasks if t.type in serving and not t.ended]
     stopped: list[str] = []
     if ps:
         result = stop_run(fleet, status.run_id, hosts, grace_s=5.0, tasks=ps)
@@ -139,5 +173,6 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
     code = status.exit_code
     fleet.map(lambda t: agentclient.call(t, "finish", {
         "workdir": t.host.workdir, "run_id": status.run_id,
-        "status": {"state": "finished", "exit_code": code}}), hosts)
+        "status": {"state": "finished", "exit_code": code,
+                   "cause": status.fatal.name if status.fatal is not None else None}}), hosts)
     return stopped

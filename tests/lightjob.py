@@ -4,7 +4,9 @@ Used by the lab tests that exercise orchestration (launch order, ports, stop, re
 TensorFlow's 4 s import would only add time. It reads its role from TF_CONFIG or the classic
 flags exactly as a real trainer does, binds its port on all interfaces, logs steps, and:
 ps tasks serve forever (like `server.join()`), workers/chief finish after `--steps` steps unless
-`--forever`. `--fail-at-start N` exits N immediately (for rollback tests).
+`--forever`. `--fail-at-start N` exits N immediately (for rollback tests). `--listen-delay S`
+waits S seconds before binding its port (tasks of the types in `--delay-types`, default all), like
+a real server importing TensorFlow: the window the interrupt tests aim at.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main() -> int:
     p.add_argument("--forever", action="store_true")
     p.add_argument("--fail-at-start", type=int, default=0)
     p.add_argument("--fail-task", default="")
+    p.add_argument("--listen-delay", type=float, default=0.0)
+    p.add_argument("--delay-types", default="ps,worker,chief,evaluator")
     args, _ = p.parse_known_args()
     kind, index, addr = role(args)
     me = f"{kind}:{index}"
@@ -45,6 +49,9 @@ def main() -> int:
     if args.fail_at_start and (not args.fail_task or args.fail_task == me):
         print(f"{me}: failing at start on purpose", file=sys.stderr, flush=True)
         return args.fail_at_start
+    if args.listen_delay and kind in args.delay_types.split(","):
+        print(f"{me} waiting {args.listen_delay:g} s before listening", flush=True)
+        time.sleep(args.listen_delay)
     server = None
     if addr:
         server = socket.socket()

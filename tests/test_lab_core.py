@@ -189,3 +189,18 @@ def test_unreachable_host_named_by_down_and_rest_stopped(lab, tmp_path: Path, do
     assert tfctl(inv, "down", "--grace", "1").returncode == 0
     assert processes_of_run(run_id) == {}
 
+
+
+def test_missing_python_is_one_sentence_for_check_and_up(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER, hosts=["h1", "h2"],
+                              host_fields={"h2": {"python": "/opt/no-such-venv/bin/python"}})
+    check = tfctl(inv, "check")
+    assert check.returncode == 1
+    assert "h2: the inventory's `python:` does not exist there yet" in check.stdout
+    up = tfctl(inv, "up")
+    assert up.returncode == 1 and "Traceback" not in up.stderr
+    assert "h2: " in up.stderr and "/opt/no-such-venv/bin/python" in up.stderr
+    assert "rolled back" in up.stderr
+    for host in ("h1", "h2"):
+        assert all(b"TFCTL_RUN_ID" not in Path(f"/proc/{p}/environ").read_bytes()
+                   for p in lab.pids_in(host) if Path(f"/proc/{p}").exists())

@@ -94,7 +94,8 @@ def _message(exc: Exception) -> str:
               help="The cluster inventory (or set TFCTL_INVENTORY).")
 @click.option("--hostfile", metavar="FILE",
               help="Take the hosts from a machinefile (`h slots=4`) or `h1:4,h2:2` file.")
-@click.option("--connect-timeout", "connect_timeout_s", type=float, default=5.0,
+@click.option("--connect-timeout", "connect_timeout_s", type=click.FloatRange(min=0.1),
+              default=5.0,
               show_default=True, envvar="TFCTL_CONNECT_TIMEOUT", help="SSH connect timeout, s.")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Record host keys not yet in known_hosts (a changed key is always refused).")
@@ -130,6 +131,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("tfctl.tui.cmd_init", "init"),
     "check": ("tfctl.tui.cmd_check", "check"),
     "sync": ("tfctl.tui.cmd_run", "sync"),
+    "setup": ("tfctl.tui.cmd_setup", "setup"),
     "up": ("tfctl.tui.cmd_run", "up"),
     "wait": ("tfctl.tui.cmd_run", "wait"),
     "status": ("tfctl.tui.cmd_run", "status"),

@@ -1,18 +1,28 @@
-"""The core loop's commands: `sync`, `up`, `wait`, `status`, `down`."""
+"""The core loop's commands: `sync`, `up`, `wait`, `status`, `down`.
+
+Ctrl-C or SIGTERM during `up`, before it says "is up", stops whatever this run started, says
+what it stopped, and exits 130 (see `_rollback_on_interrupt`); once it is up (`up --wait`) an
+interrupt leaves the run running.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
-from tfctl.tui.cli import EXIT_FAILED, obj
+from tfctl.tui.cli import EXIT_FAILED, EXIT_INTERRUPTED, obj
 
 if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
+    from tfctl.inventory.plan import Plan
     from tfctl.remote.fleet import Fleet
     from tfctl.remote.runstate import CurrentRun
     from tfctl.remote.status import RunStatus
@@ -70,9 +80,16 @@ def sync(ctx: click.Context, delete: bool) -> None:
               "status.")
 @click.option("--start-timeout", type=float, default=180.0, show_default=True,
               help="Seconds a task may take to start listening on its port.")
+@click.option("--setup", "force_setup", is_flag=True, help="Run job.setup on every host even "
+              "where its inputs are unchanged.")
+@click.option("--force", is_flag=True, help="Launch even onto GPUs other processes use.")
 @click.pass_context
-def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float) -> None:
-    """Sync, then start every task of the plan (ps first), or roll everything back.
+def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
+       force: bool) -> None:
+    """Sync, run job.setup (cached), check the GPUs are free, start every task (ps first).
+
+    On any failure everything started is stopped again. GPUs in use by other processes are
+    refused unless --force.
 
     \b
     Example:
@@ -82,12 +99,14 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float) -> 
     from tfctl.inventory.plan import make_plan
     from tfctl.remote.launch import launch, new_run_id
     from tfctl.remote.runstate import remember
+    from tfctl.remote.setup import attach_logs
+    from tfctl.tui.cmd_setup import busy_gpu_step, run_setup_step
 
     inv, fleet = _fleet(ctx)
     plan = make_plan(inv)
     for w in plan.warnings:
         _say(click.style("warning: ", fg="yellow") + w)
-    with fleet:
+    with fleet, _rollback_on_interrupt(fleet, plan) as guard:
         if not no_sync and inv.job.sync.enabled:
             from tfctl.remote.sync import sync_all
 
@@ -96,14 +115,59 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float) -> 
                 _report_failures(dict(result.failed))
                 _say("nothing was started")
                 sys.exit(EXIT_FAILED)
-        run_id = new_run_id()
+        setup_result, setup_ok = run_setup_step(fleet, force_setup)
+        if not setup_ok or not busy_gpu_step(fleet, plan, force):
+            _say("nothing was started")
+            sys.exit(EXIT_FAILED)
+        run_id = guard.run_id = new_run_id()
         _say(f"run {run_id}")
         launch(fleet, plan, run_id, _say, start_timeout_s=start_timeout)
         remember(inv, run_id, plan.hosts_used)
+        attach_logs(fleet, run_id, setup_result)
         _print_status(_read(fleet, run_id, list(plan.hosts_used)))
         click.echo(f"run {run_id} is up · `tfctl logs -f` to follow · `tfctl down` to stop")
+        guard.is_up = True
         if wait_:
             sys.exit(_wait(fleet, run_id, list(plan.hosts_used)))
+
+
+class _UpGuard:
+    """How far `up` got, for its interrupt handler. The first SIGINT/SIGTERM raises
+    KeyboardInterrupt; later ones are ignored until the run is up, so a second Ctrl-C cannot
+    cut the rollback short and leave half a job behind."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.is_up = False
+        self.signals = 0
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals == 1 or self.is_up:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _rollback_on_interrupt(fleet: Fleet, plan: Plan) -> Iterator[_UpGuard]:
+    """Ctrl-C/SIGTERM before the run is up: stop what it started, say so, exit 130."""
+    from tfctl.remote.launch import Interrupted, rollback
+
+    guard = _UpGuard()
+    previous = {sig: signal.signal(sig, guard.on_signal) for sig in (signal.SIGINT,
+                                                                      signal.SIGTERM)}
+    try:
+        yield guard
+    except KeyboardInterrupt as exc:
+        if guard.is_up:
+            _say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
+        elif guard.run_id is None:
+            _say("interrupted before any task was started: nothing to clean up")
+        elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
+            _say(f"interrupted: {rollback(fleet, plan, guard.run_id)}")
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _read(fleet: Fleet, run_id: str, hosts: list[str]) -> RunStatus:
@@ -138,12 +202,14 @@ def wait(ctx: click.Context, timeout: float | None) -> None:
 
 
 def _wait(fleet: Fleet, run_id: str, hosts: list[str], timeout: float | None = None) -> int:
-    from tfctl.remote.status import finalize_if_ended
+    from tfctl.remote.status import describe_fatal, finalize_if_ended
 
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         status = _read(fleet, run_id, hosts)
         if status.job_ended and not status.unreachable:
+            if status.fatal is not None:
+                _say(click.style(describe_fatal(status.fatal), fg="red"))
             stopped = finalize_if_ended(fleet, status, hosts)
             if stopped:
                 _say(f"job ended: stopped {', '.join(stopped)}")
@@ -166,7 +232,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
       tfctl status
       tfctl status --json | jq '.tasks[] | select(.state != "running")'
     """
-    from tfctl.remote.status import finalize_if_ended
+    from tfctl.remote.status import describe_fatal, finalize_if_ended, read_status
 
     inv, fleet = _fleet(ctx)
     with fleet:
@@ -174,18 +240,29 @@ def status(ctx: click.Context, as_json: bool) -> None:
         if run is None:
             click.echo("no run yet: start one with `tfctl up`")
             return
-        st = _read(fleet, run.run_id, list(run.hosts))
+        st = read_status(fleet, run.run_id, list(run.hosts), tail=STATUS_TAIL_LINES)
         stopped = finalize_if_ended(fleet, st, list(run.hosts))
+    fatal = describe_fatal(st.fatal) if st.fatal is not None else None
     if as_json:
         click.echo(json.dumps({"run_id": st.run_id, "source": run.source,
                                "job_ended": st.job_ended, "exit_code": st.exit_code,
+                               "fatal": fatal, "stopped": stopped,
                                "unreachable": dict(st.unreachable),
                                "tasks": [t.__dict__ for t in st.tasks]}, indent=2))
         return
     click.echo(f"run {st.run_id} (from the {run.source})")
     _print_status(st)
+    for t in st.tasks:  # how each failed task ended, in its own words
+        if t.failed and t.last_lines:
+            click.echo(f"{t.name} on {t.host} {t.describe()}; its last lines:")
+            click.echo("".join(f"  {t.name} | {line}\n" for line in t.last_lines), nl=False)
+    if fatal:
+        click.secho(fatal, fg="red", bold=True)
     if stopped:
         click.echo(f"job ended: stopped {', '.join(stopped)}")
+
+
+STATUS_TAIL_LINES = 5
 
 
 def _print_status(st: RunStatus) -> None:

@@ -1,0 +1,142 @@
+"""What the benchmarks share: the machine line, timing a command with its CPU, medians, the lab.
+
+Every benchmark runs its contenders in one process, interleaved (A B, then B A, ...), and prints
+medians and their ratios: on a shared 2-core machine absolute times drift with the neighbours'
+load, ratios taken side by side drift much less.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PYTHON = sys.executable
+LIGHT_JOB = ROOT / "tests" / "lightjob.py"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_line() -> str:
+    """Date, host, CPU model, core count, kernel and load: printed above every result."""
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{datetime.datetime.now().isoformat(timespec='seconds')} · {platform.node()} · "
+            f"{cpu_model()} · nproc {os.cpu_count()} · {platform.system()} "
+            f"{platform.release()} · load {load}")
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One command: wall time, and CPU (user+sys) of it and every descendant it waited for."""
+
+    wall_s: float
+    cpu_s: float
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def check(self, what: str) -> Timed:
+        if self.returncode != 0:
+            raise SystemExit(f"{what} failed (exit {self.returncode}):\n{self.stdout[-3000:]}"
+                             f"\n{self.stderr[-3000:]}")
+        return self
+
+
+def timed(argv: Sequence[str], *, env: dict[str, str] | None = None,
+          cwd: str | Path | None = None, timeout_s: float = 300) -> Timed:
+    """Run `argv` to its end; RUSAGE_CHILDREN before/after gives its (and its children's) CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=timeout_s)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timed(wall, cpu, proc.returncode, proc.stdout, proc.stderr)
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b > 0 else "n/a"
+
+
+def tfctl_argv(inventory: Path, *args: str) -> list[str]:
+    """The real command line, a fresh process each time, as a user runs it."""
+    return [PYTHON, "-m", "tfctl.tui", "-i", str(inventory), *args]
+
+
+def light_job_dir(parent: Path) -> Path:
+    """A job folder with the light job (no TensorFlow) as job.py."""
+    folder = parent / "job"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(LIGHT_JOB, folder / "job.py")
+    return folder
+
+
+def pids_with_env(key: str, value: str) -> list[int]:
+    """Live (non-zombie) processes on this machine whose environment has key=value."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.02) -> float:
+    """Seconds until `predicate()` held; raises TimeoutError after `timeout_s`."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"not within {timeout_s:g} s")
+        time.sleep(step_s)
+    return time.monotonic() - started
+
+
+def kill_tagged(key: str, value: str) -> None:
+    """SIGKILL every process tagged key=value and wait until none is left (benchmark cleanup)."""
+    for pid in pids_with_env(key, value):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            continue
+    wait_until(lambda: not pids_with_env(key, value), 10)
+
+
+def ssh_options(key: Path, known_hosts: Path, user: str) -> list[str]:
+    """OpenSSH options matching what tfctl's inventory says for the lab (strict host keys)."""
+    return ["-F", "/dev/null", "-i", str(key), "-l", user, "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
+            "-o", "LogLevel=ERROR"]

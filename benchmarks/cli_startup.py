@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Start-up of the commands that contact no host: `tfctl --help` and `tfctl plan` (P5).
+
+    python benchmarks/cli_startup.py              # 15 interleaved repetitions
+    python benchmarks/cli_startup.py --reps 30
+
+Each repetition runs, in rotating order, a bare `python -c pass` (the interpreter's own floor),
+`tfctl --help` and `tfctl -i <16-host inventory> plan`, each as a fresh process as a user runs
+them. Also lists which heavy packages each command imported (none of textual, tensorflow,
+fabric, paramiko may be), read from the command's own `sys.modules` at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import PYTHON, machine_line, median, ratio, timed
+
+FORBIDDEN = ("textual", "tensorflow", "fabric", "paramiko", "invoke")  # the issue's list
+NOTED = ("pydantic", "yaml", "rich", "click")  # what such a start does import, for the record
+PROBE = ("import atexit, json, runpy, sys\n"
+         "atexit.register(lambda: print('MODULES ' + json.dumps(sorted({m.split('.')[0] for m in "
+         "sys.modules})), file=sys.stderr))\n"
+         "sys.argv = ['tfctl'] + sys.argv[1:]\n"
+         "runpy.run_module('tfctl.tui', run_name='__main__')\n")
+
+
+def inventory(folder: Path, hosts: int) -> Path:
+    lines = ["name: bench", "defaults: {user: alice, python: python3}", "hosts:"]
+    lines += [f"  - {{name: h{i}, address: 10.0.0.{i}, gpus: 2}}" for i in range(1, hosts + 1)]
+    lines += ["job: {script: train.py, style: tf_config}"]
+    path = folder / "cluster.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def heavy_imports(argv: list[str]) -> list[str]:
+    done = timed([PYTHON, "-c", PROBE, *argv]).check(" ".join(argv))
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    return [m for m in json.loads(line[len("MODULES "):]) if m in FORBIDDEN + NOTED]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=15)
+    args = parser.parse_args()
+    print(machine_line())
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp:
+        inv = inventory(Path(tmp), 16)
+        commands = {"python -c pass": [PYTHON, "-c", "pass"],
+                    "tfctl --help": [PYTHON, "-m", "tfctl.tui", "--help"],
+                    "tfctl plan (16 hosts)": [PYTHON, "-m", "tfctl.tui", "-i", str(inv), "plan"]}
+        walls: dict[str, list[float]] = {k: [] for k in commands}
+        names = list(commands)
+        for rep in range(args.reps):
+            for name in names[rep % 3:] + names[:rep % 3]:
+                walls[name].append(timed(commands[name]).check(name).wall_s)
+        imported = {name: heavy_imports(argv[3:] if name != "tfctl --help" else ["--help"])
+                    for name, argv in commands.items() if name != "python -c pass"}
+    m = {k: median(v) for k, v in walls.items()}
+    floor = m["python -c pass"]
+    print(f"medians of {args.reps} interleaved runs, wall s (a fresh process each):")
+    for name, wall in m.items():
+        bad = [x for x in imported.get(name, []) if x in FORBIDDEN]
+        extra = "" if name == "python -c pass" else (
+            f"   {ratio(wall, floor)}× bare python; forbidden imports: {', '.join(bad) or 'none'}"
+            f" (imports {', '.join(x for x in imported[name] if x in NOTED) or 'none of note'})")
+        print(f"  {name:<24}{wall:>7.3f}{extra}")
+    worst = max(m["tfctl --help"], m["tfctl plan (16 hosts)"])
+    print(f"P5 --help and plan: worst median {worst:.3f} s (goal ≤ 0.3 s: "
+          f"{'met' if worst <= 0.3 else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

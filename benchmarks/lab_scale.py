@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""tfctl at lab scale, side by side with pdsh: `up` (P1), `status` (P5), `down` (P6).
+
+    python benchmarks/lab_scale.py                  # 16 hosts, 3 repetitions (root: netns lab)
+    python benchmarks/lab_scale.py --hosts 8 --reps 5 --grace 2
+
+A lab of real sshd hosts (tests/lab) runs a light job (tests/lightjob.py, no TensorFlow: it binds
+its task port and idles) as 3 processes per host: ps:1 and 2 CPU workers. Per repetition, in a
+rotating order:
+  pdsh       `pdsh -f 32 -R ssh` merely launching the same 3 processes per host, detached, with
+             the same key and strict host-key checking (no check that they started);
+  up         `tfctl up --no-sync`: port preflight, run dirs, ps first and until they listen, then
+             the workers until they listen, then one status read; every host in parallel;
+  up+sync    `tfctl up` with a no-change sync first (the source was synced before the runs);
+after each `up`: `tfctl status` (P5) and `tfctl down --grace G` (P6: every process of the run
+must be gone when it returns, and it must return within G + 1 s). Last, P6 again with tasks that
+ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
+
+CPU is user+sys of the tfctl process and everything it waited for (rsync, ssh), from
+RUSAGE_CHILDREN, divided by the host count: in this lab every host shares this machine's cores,
+so wall time grows with hosts whatever the tool; tfctl's own CPU per host is what limits a LAN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import (
+    PYTHON,
+    Timed,
+    kill_tagged,
+    light_job_dir,
+    machine_line,
+    median,
+    pids_with_env,
+    ratio,
+    ssh_options,
+    tfctl_argv,
+    timed,
+    wait_until,
+)
+
+from tests.lab import Lab
+
+TASKS = ("ps:0", "worker:0", "worker:1")
+PORTS = {"ps": 2222, "worker": 2223}
+# The light job, ignoring SIGTERM (so down must SIGKILL it after the grace) and noting when the
+# TERM came, in its cwd (the host's workdir), so the time after the TERM can be measured.
+STUBBORN = """import os, runpy, signal, time
+def noted(*_):
+    with open("term-%d.log" % os.getpid(), "a") as log:
+        log.write("%r\\n" % time.time())
+signal.signal(signal.SIGTERM, noted)
+runpy.run_path("job.py", run_name="__main__")
+"""
+
+
+@dataclass
+class Samples:
+    wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+
+    def add(self, t: Timed) -> None:
+        self.wall_s.append(t.wall_s)
+        self.cpu_s.append(t.cpu_s)
+
+
+def pdsh_command(python: str, tag: str) -> str:
+    """One detached launch of the light job's 3 processes (flags style, same ports)."""
+    ps = f"x:{PORTS['ps']}"
+    workers = f"x:{PORTS['worker']},x:{PORTS['worker'] + 1}"
+    starts = []
+    for task in TASKS:
+        kind, index = task.split(":")
+        argv = [python, "job.py", "--forever", f"--job_name={kind}", f"--task_index={index}",
+                f"--ps_hosts={ps}", f"--worker_hosts={workers}"]
+        starts.append(f"BENCH_TAG={tag} setsid {shlex.join(argv)} </dev/null >/dev/null 2>&1 &")
+    return 'cd "$HOME/../work" || exit 1; ' + " ".join(starts)
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports listening in the network namespace of `pid` (a lab host's sshd)."""
+    ports = set()
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A":
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def all_listening(lab: Lab) -> bool:
+    wanted = {PORTS["ps"], PORTS["worker"], PORTS["worker"] + 1}
+    return all(wanted <= listening_ports(lab.sshd_pid(h) or 0) for h in lab.names)
+
+
+def pdsh_once(lab: Lab, env: dict[str, str], hosts: str) -> tuple[Timed, float]:
+    """pdsh's own time, and the time until every process it started listens on its port (what
+    `tfctl up` waits for); then every process is killed."""
+    tag = secrets.token_hex(4)
+    argv = ["pdsh", "-f", "32", "-R", "ssh", "-l", lab.user, "-w", hosts,
+            pdsh_command(lab.python, tag)]
+    started = time.monotonic()
+    result = timed(argv, env=env).check("pdsh")
+    wait_until(lambda: all_listening(lab), 30, step_s=0.005)
+    listening = time.monotonic() - started
+    kill_tagged("BENCH_TAG", tag)
+    wait_until(lambda: not any(listening_ports(lab.sshd_pid(h) or 0) & {PORTS["ps"]}
+                               for h in lab.names), 10)
+    return result, listening
+
+
+def run_id_of(output: str) -> str:
+    found = re.search(r"^run (\S+) is up", output, re.M)
+    if not found:
+        raise SystemExit(f"no run id in tfctl's output:\n{output}")
+    return found.group(1)
+
+
+def gone(run_id: str) -> bool:
+    return not pids_with_env("TFCTL_RUN_ID", run_id)
+
+
+def describe(pid: int) -> str:
+    """What a process left behind is, for the failure message."""
+    try:
+        status = dict(line.split(":\t", 1) for line in
+                      Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError as exc:
+        return f"gone ({exc.strerror})"
+    return (f"state {status.get('State')}, ppid {status.get('PPid')}, "
+            f"argv {argv[:150]!r}")
+
+
+def down_watched(inv: Path, grace: float, run_id: str,
+                 env: dict[str, str] | None = None) -> tuple[Timed, float]:
+    """`tfctl down`, and the wall-clock time (time.time()) when the last process of the run was
+    seen gone, polled every 50 ms from this process; down must also have left none."""
+    seen: dict[str, float] = {}
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            if gone(run_id):
+                seen["gone"] = time.time()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    down = timed(tfctl_argv(inv, "down", "--grace", str(grace)), env=env)
+    if down.returncode != 0:
+        for pid in re.findall(r"\d+", " ".join(re.findall(r"pids \[([^\]]*)\]", down.stderr))):
+            print(f"left: pid {pid}: {describe(int(pid))}")
+    down.check("down")
+    finished.set()
+    watcher.join()
+    if not gone(run_id):
+        raise SystemExit(f"down returned but processes of {run_id} remain")
+    return down, seen.get("gone", time.time())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--grace", type=float, default=2.0, help="tfctl down --grace")
+    parser.add_argument("--baseline", metavar="DIR", help="a folder holding another version's "
+                        "tfctl/ tree (inventory, remote, tui, examples): its up, status and "
+                        "down run interleaved with this one's, as `before`")
+    args = parser.parse_args()
+    if shutil.which("pdsh") is None:
+        raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
+    print(machine_line())
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab:
+        job = light_job_dir(Path(tmp))
+        (job / "stubborn.py").write_text(STUBBORN)
+        fields = {h: {"cpu_workers": 2} for h in lab.names}
+        spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+        inv = lab.write_inventory(job / "cluster.yaml", spec, host_fields=fields)
+        stubborn = lab.write_inventory(job / "stubborn.yaml", dict(spec, script="stubborn.py"),
+                                       host_fields=fields, name="stubborn")
+        first_sync = timed(tfctl_argv(inv, "sync")).check("first sync")  # installs the agent
+        print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
+              f"{len(TASKS)} processes per host; python {PYTHON}"
+              + (f"; before = {args.baseline}" if args.baseline else ""))
+        samples = measure(lab, inv, stubborn, args)
+        samples["first_sync"].add(first_sync)
+        report(samples, args)
+    return 0
+
+
+def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
+            ) -> dict[str, Samples]:
+    pdsh_env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=shlex.join(
+        ssh_options(lab.key, lab.known_hosts, lab.user)[2:]))  # -l is pdsh's own option
+    hosts = ",".join(h.address for h in lab.hosts)
+    s: dict[str, Samples] = defaultdict(Samples)
+    envs: dict[str, dict[str, str] | None] = {"": None}
+    if args.baseline:
+        envs[" (before)"] = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
+    for env in envs.values():  # warm-up, not counted
+        run_id = run_id_of(timed(tfctl_argv(inv, "up", "--no-sync"), env=env).check("up").stdout)
+        down_watched(inv, args.grace, run_id, env)
+    contenders = ["pdsh"] + [f"{kind}{tag}" for tag in envs for kind in ("up", "up+sync")]
+    for rep in range(args.reps):
+        for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
+            if name == "pdsh":
+                launched, listening = pdsh_once(lab, pdsh_env, hosts)
+                s["pdsh"].add(launched)
+                s["pdsh+listen"].wall_s.append(listening)
+                continue
+            tag = name[name.index(" "):] if " " in name else ""
+            env = envs[tag]
+            no_sync = ["--no-sync"] if name.split(" ")[0] == "up" else []
+            up = timed(tfctl_argv(inv, "up", *no_sync), env=env)
+            s[name].add(up.check(name))
+            run_id = run_id_of(up.stdout)
+            s["status" + tag].add(timed(tfctl_argv(inv, "status"), env=env).check("status"))
+            started = time.time()
+            down, gone_at = down_watched(inv, args.grace, run_id, env)
+            s["down" + tag].add(down)
+            s["gone" + tag].wall_s.append(gone_at - started)
+        print(f"  rep {rep + 1}: " + ", ".join(f"{k} {s[k].wall_s[-1]:.2f} s"
+                                               for k in contenders), flush=True)
+    for _ in range(max(1, args.reps // 2)):
+        run_id = run_id_of(timed(tfctl_argv(stubborn, "up", "--no-sync")).check("up").stdout)
+        for old in lab.dir.glob("*/work/term-*.log"):
+            old.unlink()
+        started = time.time()
+        down, gone_at = down_watched(stubborn, args.grace, run_id)
+        terms = [float(line) for log in lab.dir.glob("*/work/term-*.log")
+                 for line in log.read_text().split()]
+        s["down_stubborn"].add(down)
+        s["gone_stubborn"].wall_s.append(gone_at - started)
+        s["after_term"].wall_s.append(gone_at - min(terms))
+    return s
+
+
+def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
+    hosts = args.hosts
+    m = {k: (median(v.wall_s), median(v.cpu_s or [0.0])) for k, v in s.items() if v.wall_s}
+    print(f"medians of {args.reps} interleaved repetitions, {hosts} hosts × {len(TASKS)} "
+          "processes:")
+    print(f"{'what':<36}{'wall s':>8}{'CPU s':>8}{'CPU/host s':>12}")
+    rows = [("pdsh -f 32 (launch only)", "pdsh"),
+            ("pdsh, until all ports listen", "pdsh+listen")]
+    for tag in ("", " (before)"):
+        rows += [(f"tfctl up --no-sync{tag}", f"up{tag}"),
+                 (f"tfctl up, no-change sync{tag}", f"up+sync{tag}"),
+                 (f"tfctl status{tag}", f"status{tag}"),
+                 (f"tfctl down --grace {args.grace:g}{tag}", f"down{tag}")]
+    rows += [(f"tfctl down --grace {args.grace:g}, no TERM", "down_stubborn"),
+             ("first tfctl sync (agent + files)", "first_sync")]
+    for label, key in rows:
+        if key == "pdsh+listen":
+            print(f"{label:<36}{m[key][0]:>8.2f}")
+        elif key in m:
+            wall, cpu = m[key]
+            print(f"{label:<36}{wall:>8.2f}{cpu:>8.2f}{cpu / hosts:>12.3f}")
+    pdsh, listen = m["pdsh"][0], m["pdsh+listen"][0]
+    for tag in [t for t in ("", " (before)") if f"up{tag}" in m]:
+        up, synced = m[f"up{tag}"], m[f"up+sync{tag}"]
+        print(f"P1{tag} up --no-sync ÷ pdsh: {ratio(up[0], pdsh)}; up with no-change sync ÷ "
+              f"pdsh: {ratio(synced[0], pdsh)} (goal ≤ 1.0); ÷ pdsh until its processes "
+              f"listen (what up verifies): {ratio(up[0], listen)}, {ratio(synced[0], listen)}")
+        print(f"P1{tag} tfctl CPU per host: up {up[1] / hosts:.3f} s, up+sync "
+              f"{synced[1] / hosts:.3f} s (goal ≤ 0.1 s)")
+        print(f"P5{tag} status: {m[f'status{tag}'][0]:.2f} s (goal ≤ 1 s)")
+    if "up (before)" in m:
+        print("after ÷ before: " + ", ".join(
+            f"{k} {ratio(m[k][0], m[k + ' (before)'][0])}"
+            for k in ("up", "up+sync", "status", "down")))
+    limit = args.grace + 1
+    worst = max(s["after_term"].wall_s)
+    print(f"P6 down --grace {args.grace:g}: all processes gone (watched from outside) "
+          f"{m['gone'][0]:.2f} s after down started; tasks ignoring SIGTERM: "
+          f"{m['gone_stubborn'][0]:.2f} s after down started, {m['after_term'][0]:.2f} s after "
+          f"the first SIGTERM (worst {worst:.2f} s; goal ≤ grace + 1 = {limit:g} s: "
+          f"{'met' if worst <= limit else 'NOT met'}); down returned after "
+          f"{m['down'][0]:.2f} / {m['down_stubborn'][0]:.2f} s, none left every time")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

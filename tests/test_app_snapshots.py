@@ -1,0 +1,85 @@
+"""Snapshots of the dashboard in the DASHBOARD.md situation, at 160×48 and 80×24.
+
+Fixed data (tests/fakes/ui_sources.py), a fixed wall clock and TZ=UTC, so the pictures only change
+when the drawing does. Review a changed picture with `pytest --snapshot-update` and the report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from textual.pilot import Pilot
+
+from tests.fakes.ui_sources import (
+    FIXED_WALL_S,
+    FakeController,
+    FakeTelemetry,
+    FakeTunnel,
+    lab_findings,
+    lab_inventory,
+)
+from tfctl.tui.app import TfctlApp
+
+SnapCompare = Callable[..., bool]
+
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    """"unreachable since 09:42:10" is local time: pin the zone so the pictures are stable."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def lab_app() -> TfctlApp:
+    return TfctlApp(lab_inventory(), FakeController(), FakeTelemetry(), findings=lab_findings,
+                    tunnel=FakeTunnel(), clock=lambda: FIXED_WALL_S)
+
+
+async def settled(pilot: Pilot[None]) -> None:
+    """Every host answered, the logs and the findings arrived, and the screen caught up."""
+    app = pilot.app
+    assert isinstance(app, TfctlApp)
+    deadline = time.monotonic() + 10
+    while not (all(app.board.link(h.name).polled_at_s is not None or app.board.link(h.name).error
+                   for h in app.inventory.hosts)
+               and len(app.logs) > 0 and app.injected_findings):
+        assert time.monotonic() < deadline, "the fakes never answered"
+        await pilot.pause(0.05)
+    app.refresh_all()
+    await pilot.pause(0.1)
+
+
+def test_wide_dashboard(snap_compare: SnapCompare) -> None:
+    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=settled)
+
+
+def test_narrow_dashboard_tasks_tab(snap_compare: SnapCompare) -> None:
+    assert snap_compare(lab_app(), terminal_size=(80, 24), run_before=settled)
+
+
+def test_narrow_dashboard_logs_tab(snap_compare: SnapCompare) -> None:
+    async def logs(pilot: Pilot[None]) -> None:
+        await settled(pilot)
+        await pilot.press("l")
+        await pilot.pause(0.1)
+
+    assert snap_compare(lab_app(), terminal_size=(80, 24), run_before=logs)
+
+
+def test_down_asks_first(snap_compare: SnapCompare) -> None:
+    async def down(pilot: Pilot[None]) -> None:
+        await settled(pilot)
+        await pilot.press("d")
+        await pilot.pause(0.1)
+
+    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=down)

@@ -1,0 +1,78 @@
+"""Modal screens: a yes/no confirmation for destructive actions, and the key help."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+HELP_TEXT = """\
+[b]Actions[/b] (each runs in the background; results appear as notifications)
+  [b]u[/b]  up: sync the code and start every task of the plan
+  [b]d[/b]  down: stop exactly this run's processes (asks first)
+  [b]s[/b]  sync the code to every host
+  [b]r[/b]  restart the selected task (asks first)
+  [b]t[/b]  open / close the TensorBoard tunnel (the URL shows in the header)
+
+[b]Views[/b]
+  [b]g[/b]  GPUs and tasks        [b]l[/b]  logs
+  [b]F[/b]  all findings
+  [b]Tab[/b] move between hosts, tasks and logs
+  hosts: [b]↑/↓[/b] pick, [b]Enter[/b] focus (the tasks table follows), [b]Esc[/b] all hosts
+  tasks: [b]↑/↓[/b] pick, [b]Enter[/b] show its log
+
+[b]Logs[/b]
+  [b]a[/b]  all tasks, merged     [b]/[/b]  filter     [b]f[/b]  follow on/off
+
+[b]?[/b] this help    [b]q[/b] quit (the job keeps running)
+"""
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Asks before something that cannot be undone; `y`/Enter confirms, `n`/Esc declines."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str, yes_label: str = "Yes") -> None:
+        super().__init__()
+        self.question = question
+        self.yes_label = yes_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(self.question, id="question")
+            with Horizontal(id="buttons"):
+                yield Button(f"{self.yes_label} (y)", variant="error", id="yes")
+                yield Button("Cancel (n)", variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark,enter", "close", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(HELP_TEXT, id="help")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def on_click(self) -> None:
+        self.dismiss(None)
