@@ -8,7 +8,8 @@ The source holds `--files` small files in 50 folders. Both contenders sync it to
 (tests/lab: a real sshd) with the same key and strict host-key checking, into two different
 folders, each synced once before timing. Per repetition, interleaved (order alternating):
   no change   `tfctl sync` (a fresh process, as a user runs it) and `rsync -a -e 'ssh ...'`, and
-              tfctl's sync step inside `up` (`sync_all` on a fresh connection, no CLI start-up);
+              tfctl's sync step inside `up` (`sync_all` on a fresh connection, no CLI start-up)
+              (and with --baseline DIR, another version's `tfctl sync` into its own folders);
   1 MB change one 1 MB file rewritten with new random bytes (and a newer mtime) before each
               contender's run.
 With --hosts N, both sync to N hosts (tfctl in parallel, rsync in a serial loop, as a script
@@ -23,6 +24,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import (
@@ -83,13 +85,15 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--hosts", type=int, default=1)
+    parser.add_argument("--baseline", metavar="DIR", help="a folder holding another version's "
+                        "tfctl/ tree: its `tfctl sync` (into its own folders) runs interleaved")
     args = parser.parse_args()
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab:
         source = Path(tmp) / "src"
         make_tree(source, args.files)
-        inv = lab.write_inventory(Path(tmp) / "cluster.yaml",
-                                  {"script": "pkg00/mod00000.py", "sync": {"source": "src"}})
+        job = {"script": "pkg00/mod00000.py", "sync": {"source": "src"}}
+        inv = lab.write_inventory(Path(tmp) / "cluster.yaml", job)
         bare = {h: str(lab.host(h).workdir.parent / "bare") for h in lab.names}
 
         def rsync_all() -> float:
@@ -98,23 +102,31 @@ def main() -> int:
                 timed(rsync_argv(lab, source, h, bare[h])).check("rsync")
             return time.monotonic() - started
 
-        def tfctl_sync() -> float:
-            return timed(tfctl_argv(inv, "sync")).check("tfctl sync").wall_s
+        def cli(inventory: Path, env: dict[str, str] | None = None) -> Callable[[], float]:
+            return lambda: timed(tfctl_argv(inventory, "sync"), env=env).check("sync").wall_s
 
-        tfctl_sync()
-        rsync_all()
+        runs: dict[str, Callable[[], float]] = {"tfctl sync": cli(inv), "rsync -a": rsync_all}
+        if args.baseline:
+            before = lab.write_inventory(
+                Path(tmp) / "before.yaml", job, name="before",
+                host_fields={h: {"workdir": str(lab.host(h).workdir.parent / "before")}
+                             for h in lab.names})
+            env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
+            runs["tfctl sync (before)"] = cli(before, env)
+        for run in runs.values():
+            run()  # the first copy, not counted
         print(f"tree: {args.files} files + one 1 MB file; {args.hosts} lab host(s) "
               f"({'netns' if lab.isolated else 'loopback'}); {args.reps} repetitions")
-        same: dict[str, list[float]] = {"tfctl sync": [], "rsync -a": [], "sync step": []}
-        changed: dict[str, list[float]] = {"tfctl sync": [], "rsync -a": []}
+        same: dict[str, list[float]] = {name: [] for name in [*runs, "sync step"]}
+        changed: dict[str, list[float]] = {name: [] for name in runs}
         for rep in range(args.reps):
-            order = ["tfctl sync", "rsync -a", "sync step"]
-            for name in order if rep % 2 == 0 else order[::-1]:
-                same[name].append({"tfctl sync": tfctl_sync, "rsync -a": rsync_all,
-                                   "sync step": lambda: in_process_sync(inv)}[name]())
-            for name in ["tfctl sync", "rsync -a"][::1 if rep % 2 == 0 else -1]:
+            order = list(same)
+            for name in order[rep % len(order):] + order[:rep % len(order)]:
+                same[name].append(runs[name]() if name in runs else in_process_sync(inv))
+            order = list(changed)
+            for name in order[rep % len(order):] + order[:rep % len(order)]:
                 change_big_file(source / BIG)
-                changed[name].append(tfctl_sync() if name == "tfctl sync" else rsync_all())
+                changed[name].append(runs[name]())
         report(same, changed)
     return 0
 
@@ -123,12 +135,15 @@ def report(same: dict[str, list[float]], changed: dict[str, list[float]]) -> Non
     m = {k: median(v) for k, v in same.items()}
     c = {k: median(v) for k, v in changed.items()}
     print(f"{'medians, wall s':<28}{'no change':>11}{'1 MB changed':>14}")
-    print(f"{'tfctl sync (CLI)':<28}{m['tfctl sync']:>11.3f}{c['tfctl sync']:>14.3f}")
-    print(f"{'rsync -a over ssh':<28}{m['rsync -a']:>11.3f}{c['rsync -a']:>14.3f}")
-    print(f"{'sync step of up (no CLI)':<28}{m['sync step']:>11.3f}{'':>14}")
-    print(f"P2 no change: tfctl sync ÷ rsync -a = {ratio(m['tfctl sync'], m['rsync -a'])} "
-          f"(goal ≤ 1.2); sync step ÷ rsync -a = {ratio(m['sync step'], m['rsync -a'])}")
+    for name in same:
+        print(f"{name:<28}{m[name]:>11.3f}" + (f"{c[name]:>14.3f}" if name in c else ""))
+    rsync = m["rsync -a"]
+    print(f"P2 no change: tfctl sync ÷ rsync -a = {ratio(m['tfctl sync'], rsync)} (goal ≤ 1.2);"
+          f" sync step (inside up, no CLI start) ÷ rsync -a = {ratio(m['sync step'], rsync)}")
     print(f"P2 1 MB changed: tfctl sync ÷ rsync -a = {ratio(c['tfctl sync'], c['rsync -a'])}")
+    if "tfctl sync (before)" in m:
+        print(f"after ÷ before: no change {ratio(m['tfctl sync'], m['tfctl sync (before)'])}, "
+              f"1 MB changed {ratio(c['tfctl sync'], c['tfctl sync (before)'])}")
 
 
 if __name__ == "__main__":

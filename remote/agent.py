@@ -309,6 +309,7 @@ def main(req: dict[str, Any], mark: str = "") -> None:
 
 
 ANSWER_MARK = "\x1etfctl-answer "
+ACK_LINE = "\x1etfctl-ack\n"
 
 
 def serve(stream: Any) -> None:
@@ -316,7 +317,10 @@ def serve(stream: Any) -> None:
 
     tfctl keeps one such session per host for a whole command (agentclient), so an operation
     costs a line each way instead of a new interpreter. Answers carry `ANSWER_MARK`, so that
-    anything else a child process might print on our stdout is never taken for an answer.
+    anything else a child process might print on our stdout is never taken for an answer. Each
+    request is acknowledged at once (`ACK_LINE`): on a session that has been idle, a missing
+    acknowledgement tells the client within its connect timeout that the link is dead, however
+    long the operation itself may take.
     """
     while True:
         line = stream.readline()
@@ -324,6 +328,8 @@ def serve(stream: Any) -> None:
             return
         if not line.strip():
             continue
+        sys.stdout.write(ACK_LINE)
+        sys.stdout.flush()
         try:
             req = json.loads(line)
         except ValueError as exc:

@@ -27,13 +27,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tfctl.remote.agent import ANSWER_MARK, agent_source
+from tfctl.remote.agent import ACK_LINE, ANSWER_MARK, agent_source
 from tfctl.remote.errors import CommandFailed, HostUnreachable, RemoteError
 from tfctl.remote.transport import Transport, shell_path
 
 # A host's python that cannot even start answers with the shell's "not found" status.
 _NOT_FOUND = (126, 127)
 _MARK = ANSWER_MARK.encode()
+_ACK = ACK_LINE.encode()
 MAX_IDLE_SESSIONS = 4  # per host: more only while that many operations overlap
 
 # Runs as `python -S -c BOOT <agent file> <size>` (Python >= 3.8, stdlib only). stdin: one line
@@ -196,12 +197,17 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
         return _result(transport, answer)
     sessions = _sessions_of(transport)
     pipe = sessions.take()
+    ack_timeout_s = timeout_s  # a new session: the interpreter may be slow to start
     if pipe is None:
         pipe = opener(command)
         pipe.send(payload().line)
+    else:  # a session already up acknowledges within a round trip, or its link is dead
+        options = getattr(transport, "options", None)
+        link_s = float(getattr(options, "connect_timeout_s", 5.0))
+        ack_timeout_s = link_s if timeout_s is None else min(timeout_s, link_s)
     try:
         pipe.send(request)
-        answer = _marked([_read_answer(pipe, transport, op, timeout_s)])
+        answer = _marked([_read_answer(pipe, transport, op, timeout_s, ack_timeout_s)])
         if answer is None:
             raise RemoteError(transport.host.name, f"agent {op}: unreadable answer")
     except BaseException:
@@ -211,21 +217,29 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
     return _result(transport, answer)
 
 
-def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | None) -> bytes:
+def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | None,
+                 ack_timeout_s: float | None) -> bytes:
     noise: list[bytes] = []
+    acked = False
     while True:
+        wait_s = timeout_s if acked else ack_timeout_s
         try:
-            line = pipe.read_line(timeout_s)
+            line = pipe.read_line(wait_s)
         except TimeoutError:
-            raise HostUnreachable(transport.host.name, f"no answer within {timeout_s:.0f} s "
+            if not acked:
+                transport.close()  # the link is dead: the next call connects afresh
+            raise HostUnreachable(transport.host.name, f"no answer within {wait_s:.0f} s "
                                   f"to agent {op}") from None
         if line is None:
             code, rest = pipe.finish()
             tail = b"".join(noise[-20:]).decode(errors="replace") + rest
             raise _no_answer(transport, op, code, "\n".join(tail.strip().splitlines()[-15:]))
-        if line.startswith(_MARK):
+        if line == _ACK:
+            acked = True
+        elif line.startswith(_MARK):
             return line
-        noise.append(line)
+        else:
+            noise.append(line)
 
 
 def _marked(lines: list[bytes]) -> dict[str, Any] | None:

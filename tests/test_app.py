@@ -47,7 +47,7 @@ def sync(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
     """Run an async Pilot test with asyncio (no pytest async plugin needed)."""
 
     def run() -> None:
-        asyncio.run(asyncio.wait_for(test(), timeout=30))
+        asyncio.run(asyncio.wait_for(test(), timeout=60))
 
     run.__name__ = test.__name__
     run.__doc__ = test.__doc__
@@ -194,7 +194,7 @@ def make_app(controller: FakeController | None = None, **kw: object
     return app, ctl, notes
 
 
-async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout_s: float = 5.0
+async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout_s: float = 15.0
                 ) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from tfctl.inventory.plan import Plan
@@ -34,7 +35,7 @@ def plan_table(plan: Plan) -> None:
     for t in plan.tasks:
         mask = repr(t.cuda_visible_devices) if t.cuda_visible_devices == "" \
             else t.cuda_visible_devices
-        table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, t.command)
+        table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, Text(t.command))
     console.print(table)
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/] {w}")
@@ -46,10 +47,11 @@ def status_table(st: RunStatus) -> None:
         table.add_column(col, overflow="ellipsis", no_wrap=col != "last line")
     for t in st.tasks:
         style = STATE_STYLE.get(t.state, "")
-        table.add_row(t.name, t.host, str(t.pid or "–"), f"[{style}]{t.describe()}[/]",
-                      _duration(t.uptime_s), str(t.restarts), t.last_line[-70:])
+        table.add_row(t.name, t.host, str(t.pid or "–"), Text(t.describe(), style=style),
+                      _duration(t.uptime_s), str(t.restarts), Text(t.last_line[-70:]))
     for host, why in st.unreachable.items():
-        table.add_row("*", host, "–", "[red]unreachable[/]", "–", "–", why[-70:])
+        table.add_row("*", host, "–", Text("unreachable", style="red"), "–", "–",
+                      Text(why[-70:]))
     console.print(table)
 
 

@@ -258,6 +258,7 @@ class Workers:
         assert tunnel is not None
         if open_it:
             url = tunnel.open()
-            return f"TensorBoard is at {url}", url
+            note = getattr(tunnel, "port_note", None)  # "local port 6006 is taken, so …"
+            return f"TensorBoard is at {url}" + (f" ({note})" if note else ""), url
         tunnel.close()
         return "Closed the TensorBoard tunnel.", None
