@@ -93,7 +93,14 @@ def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str,
         elif _supervisor_alive(rec["pid"]):
             state = "starting"  # between a restart's backoff, or about to record the end
         else:
-            state = "stopped" if rec["stopped"] else "lost"
+            # The supervisor may have written the exit record and gone since we read it.
+            late_exit = read_json(task_file(run_dir, name, ".exit.json"))
+            if late_exit:
+                rec = dict(rec, exit=late_exit)
+                state = "stopped" if rec["stopped"] else (
+                    "killed" if late_exit.get("signal") else "exited")
+            else:
+                state = "stopped" if rec["stopped"] else "lost"
         seen[name] = dict(rec, pids=own, listening_pid=listening_pid, state=state)
     return seen
 

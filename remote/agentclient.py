@@ -22,8 +22,10 @@ import functools
 import hashlib
 import json
 import threading
+import time
 import weakref
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -129,7 +131,9 @@ class Pipe(Protocol):
 
     def read_line(self, timeout_s: float | None) -> bytes | None: ...
 
-    def finish(self) -> tuple[int | None, str]: ...
+    def finish(self, wait_s: float = ...) -> tuple[int | None, str]: ...
+
+    def end_input(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -150,6 +154,11 @@ class _Sessions:
                 pipe.close()
         return None
 
+    def drain(self) -> list[Pipe]:
+        with self.lock:
+            pipes, self.idle = self.idle, []
+        return pipes
+
     def give(self, pipe: Pipe) -> None:
         with self.lock:
             if len(self.idle) < MAX_IDLE_SESSIONS:
@@ -168,6 +177,19 @@ def _sessions_of(transport: Any) -> _Sessions:
         if found is None:
             found = _sessions[transport] = _Sessions()
         return found
+
+
+def end_sessions(transports: Iterable[Transport], wait_s: float = 2.0) -> None:
+    """End the idle agent sessions of `transports`: their input ends, and each agent exits
+    (waited for, up to `wait_s` in all), so that none outlives the command that started it."""
+    with _sessions_lock:
+        pools = [_sessions[t] for t in transports if t in _sessions]
+    pipes = [pipe for pool in pools for pipe in pool.drain()]
+    for pipe in pipes:
+        pipe.end_input()
+    deadline = time.monotonic() + wait_s
+    for pipe in pipes:
+        pipe.finish(max(0.0, deadline - time.monotonic()))
 
 
 def prestart(transport: Transport) -> None:

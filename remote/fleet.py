@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tfctl.inventory.model import Host, Inventory
+from tfctl.remote import agentclient
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.local import LocalTransport
 from tfctl.remote.ssh import SshOptions, SshTransport
@@ -85,6 +86,9 @@ class Fleet:
                            {k: errors[k] for k in order if k in errors})
 
     def close(self) -> None:
+        # Agent sessions first: each agent sees its input end and exits before the connection
+        # goes, so nothing tfctl started for itself is left running on a host after it returns.
+        agentclient.end_sessions(list(self._transports.values()))
         for t in self._transports.values():
             t.close()
         self._transports.clear()

@@ -217,6 +217,13 @@ class SshPipe:
                 return line or None
             self._buffer += data
 
+    def end_input(self) -> None:
+        """EOF on the command's stdin (the agent exits when its requests end)."""
+        try:
+            self.channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException):
+            self._broken = True
+
     def finish(self, wait_s: float = 5.0) -> tuple[int | None, str]:
         """After the output ended: the exit status (None if it never came) and unread output."""
         deadline = time.monotonic() + wait_s

@@ -52,6 +52,18 @@ def processes_of_run(run_id: str) -> dict[int, dict[str, str]]:
     return found
 
 
+def run_tagged_pids(pids: list[int]) -> list[int]:
+    """Those of `pids` (a lab host's processes) that carry any tfctl run tag; vanished ones skip."""
+    tagged = []
+    for pid in pids:
+        try:
+            if b"TFCTL_RUN_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
+                tagged.append(pid)
+        except OSError:
+            continue
+    return tagged
+
+
 def status_json(inventory: Path) -> dict[str, Any]:
     proc = tfctl(inventory, "status", "--json")
     assert proc.returncode == 0, proc.stderr

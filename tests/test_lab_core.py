@@ -15,6 +15,7 @@ from tests.labtools import (
     job_dir,
     processes_of_run,
     run_id_from,
+    run_tagged_pids,
     status_json,
     tfctl,
 )
@@ -93,8 +94,7 @@ def test_task_dying_at_start_rolls_back_with_log_tail(lab, tmp_path: Path) -> No
     assert "stopped" in proc.stderr and "Traceback" not in proc.stderr
     time.sleep(0.5)
     for host in lab.names:
-        assert all(b"TFCTL_RUN_ID" not in Path(f"/proc/{p}/environ").read_bytes()
-                   for p in lab.pids_in(host) if Path(f"/proc/{p}").exists())
+        assert run_tagged_pids(lab.pids_in(host)) == []
 
 
 def test_busy_port_is_one_line_naming_host_and_port(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -202,5 +202,4 @@ def test_missing_python_is_one_sentence_for_check_and_up(lab, tmp_path: Path) ->
     assert "h2: " in up.stderr and "/opt/no-such-venv/bin/python" in up.stderr
     assert "rolled back" in up.stderr
     for host in ("h1", "h2"):
-        assert all(b"TFCTL_RUN_ID" not in Path(f"/proc/{p}/environ").read_bytes()
-                   for p in lab.pids_in(host) if Path(f"/proc/{p}").exists())
+        assert run_tagged_pids(lab.pids_in(host)) == []

@@ -110,7 +110,7 @@ def test_tfctl_ui_renders_in_a_real_terminal(lab, tmp_path: Path) -> None:  # ty
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
         time.sleep(1.0)  # ESC then q at once would read as Alt+q
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 45  # quitting stops pollers; slow under load
         while time.monotonic() < deadline and subprocess.run(
                 ["tmux", "has-session", "-t", session], capture_output=True).returncode == 0:
             time.sleep(0.3)
