@@ -89,7 +89,8 @@ def main() -> int:
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp:
         folder = Path(tmp)
-        shutil.copy(ROOT / "examples" / "train.py", folder / "train.py")
+        for name in ("train.py", "digits.py"):
+            shutil.copy(ROOT / "examples" / name, folder / name)
         inv = write_inventory(folder, args.steps, args.log_every)
         plan = json.loads(timed(tfctl_argv(inv, "plan", "--json")).check("plan").stdout)
         (task,) = plan["tasks"]

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # train.py sits beside us
-import train
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # digits.py sits beside us
+import digits
 
-tf = train.tf
+tf = digits.tf
 
 
 def read_done_step(train_dir: str, run_id: str | None = None) -> int | None:
@@ -37,7 +37,7 @@ def read_done_step(train_dir: str, run_id: str | None = None) -> int | None:
     in a reused train dir, still there because the new chief starts beside us and has not
     removed it yet: it must not end this evaluation at once."""
     try:
-        with open(os.path.join(train_dir, train.DONE_FILE)) as marker:
+        with open(os.path.join(train_dir, digits.DONE_FILE)) as marker:
             done = json.load(marker)
         steps = int(done["steps"])
     except FileNotFoundError:
@@ -54,25 +54,25 @@ def restore(checkpoint_path: str) -> tuple[int, dict[str, Any]]:
     """(global step, {variable name: value}) of one checkpoint, in the shared key layout."""
     reader = tf.train.load_checkpoint(checkpoint_path)
     keys = reader.get_variable_to_shape_map()
-    missing = [key for key in (train.STEP_KEY, *map(train.variable_key, train.VARIABLE_NAMES))
+    missing = [key for key in (digits.STEP_KEY, *map(digits.variable_key, digits.VARIABLE_NAMES))
                if key not in keys]
     if missing:
         raise KeyError(f"{checkpoint_path} lacks {missing}; it holds {sorted(keys)}")
-    params = {name: reader.get_tensor(train.variable_key(name)) for name in train.VARIABLE_NAMES}
-    return int(reader.get_tensor(train.STEP_KEY)), params
+    params = {name: reader.get_tensor(digits.variable_key(name)) for name in digits.VARIABLE_NAMES}
+    return int(reader.get_tensor(digits.STEP_KEY)), params
 
 
 def evaluate(params: dict[str, Any], images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     """(loss, accuracy) of the whole held-out split."""
-    loss, accuracy = train.loss_and_accuracy(train.forward(params, images), labels)
+    loss, accuracy = digits.loss_and_accuracy(digits.forward(params, images), labels)
     return float(loss), float(accuracy)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     train_dir = os.path.abspath(args.train_dir)
-    ckpt_dir = os.path.join(train_dir, train.CHECKPOINT_SUBDIR)
-    _, _, images, labels = train.load_digits_split()
+    ckpt_dir = os.path.join(train_dir, digits.CHECKPOINT_SUBDIR)
+    _, _, images, labels = digits.load_digits_split()
     writer = None
     started, evaluated, last_path, last_step = time.monotonic(), 0, None, -1
     print(f"eval watching {ckpt_dir} every {args.eval_interval_secs}s", flush=True)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 loss, accuracy = evaluate(params, images, labels)
                 if writer is None:  # created lazily: no eval/ dir before there is a score
                     writer = tf.summary.create_file_writer(os.path.join(train_dir, "eval"))
-                train.write_scalars(writer, step, {"loss": loss, "accuracy": accuracy})
+                digits.write_scalars(writer, step, {"loss": loss, "accuracy": accuracy})
                 print(f"eval step {step} loss={loss:.4f} accuracy={accuracy:.4f}", flush=True)
                 evaluated, last_path, last_step = evaluated + 1, path, step
         if done_step is not None and last_step >= done_step:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -243,6 +243,3 @@ def rollback(fleet: Fleet, plan: Plan, run_id: str) -> str:
         [h for h in plan.hosts_used if h not in outcome.failed])
     return text
 
-
-def hosts_of(started: Iterable[Started]) -> list[str]:
-    return sorted({s.host for s in started})

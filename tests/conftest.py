@@ -1,3 +1,20 @@
-"""Shared test setup: the SSH test lab's fixtures (tests/lab) for every test module."""
+"""Shared test setup: the SSH test lab's fixtures (tests/lab) and stopping what a test started."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.labtools import tfctl
 
 pytest_plugins = ["tests.lab.fixtures"]
+
+
+@pytest.fixture
+def down_after() -> Iterator[list[Path]]:
+    """Inventories a test appends here get `tfctl down` afterwards, pass or fail, so the next
+    test's `up` finds no live run."""
+    inventories: list[Path] = []
+    yield inventories
+    for inv in inventories:
+        tfctl(inv, "down", "--grace", "1")

@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,14 +35,6 @@ T = TypeVar("T")
 
 FOREVER = {"script": "job.py", "style": "flags", "args": ["--forever"]}
 RESTART = {"worker": "on-failure", "max": 3, "backoff": 2}
-
-
-@pytest.fixture
-def down_after() -> Iterator[list[Path]]:
-    inventories: list[Path] = []
-    yield inventories
-    for inv in inventories:
-        tfctl(inv, "down", "--grace", "1")
 
 
 def up(inv: Path, down_after: list[Path]) -> str:

@@ -54,14 +54,6 @@ def hostile(canaries: list[Path], newline: bool = True) -> str:
     return text + (f"\n touch {e}\n" if newline else f" && touch {e}")
 
 
-@pytest.fixture
-def down_after() -> Iterator[list[Path]]:
-    inventories: list[Path] = []
-    yield inventories
-    for inv in inventories:
-        tfctl(inv, "down", "--grace", "1")
-
-
 def tasks_on_hosts(run_id: str) -> dict[str, int]:
     return {env["TFCTL_TASK"]: pid for pid, env in processes_of_run(run_id).items()
             if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise"}

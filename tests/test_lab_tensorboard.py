@@ -137,7 +137,7 @@ def answer_prompt(inventory: Path, answer: str, within_s: float = 60.0) -> tuple
 def _examples_dir(tmp: Path) -> Path:
     d = tmp / "job"
     d.mkdir()
-    for name in ("train.py", "evaluate.py"):
+    for name in ("train.py", "evaluate.py", "digits.py"):
         shutil.copy(EXAMPLES / name, d / name)
     return d
 

@@ -18,7 +18,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def _job_dir(tmp: Path) -> Path:
     d = tmp / "job"
     d.mkdir()
-    for name in ("train.py", "evaluate.py"):
+    for name in ("train.py", "evaluate.py", "digits.py"):
         shutil.copy(EXAMPLES / name, d / name)
     return d
 

@@ -7,9 +7,7 @@ sentence: exit 2 for usage and inventory mistakes, 1 for a failure on a host, 13
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -157,9 +155,3 @@ def obj(ctx: click.Context) -> Context:
     assert value is not None
     return value
 
-
-def console_width() -> int:
-    return int(os.environ.get("COLUMNS", "0")) or 120
-
-
-Printer = Callable[[str], None]

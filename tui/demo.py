@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-EXAMPLE_FILES = ("train.py", "evaluate.py")
+EXAMPLE_FILES = ("train.py", "evaluate.py", "digits.py")
 
 
 @dataclass(frozen=True)
