@@ -92,8 +92,9 @@ def test_task_dying_at_start_rolls_back_with_log_tail(lab, tmp_path: Path) -> No
 def test_busy_port_is_one_line_naming_host_and_port(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER)
     holder = subprocess.Popen(["ip", "netns", "exec", lab.host("h2").namespace, "python3", "-c",
-                               "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,"
-                               " socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0',2223));"
+                               "import socket,time; s=socket.socket();"
+                               " s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
+                               " s.bind(('0.0.0.0',2223));"
                                " s.listen(); time.sleep(60)"]) if lab.isolated else None
     if holder is None:
         pytest.skip("needs isolated hosts")
