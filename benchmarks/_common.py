@@ -46,6 +46,17 @@ def machine_line() -> str:
             f"{platform.release()} · load {load}")
 
 
+def machine_busy_s() -> float:
+    """CPU seconds this machine's cores have spent not idle since boot (/proc/stat), minus this
+    benchmark process's own: a window's difference is what everything else used in it (in the
+    lab: the client, every sshd, agent and task of the hosts, which share these cores)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK") - own.ru_utime - own.ru_stime
+
+
 @dataclass(frozen=True)
 class Timed:
     """One command: wall time, and CPU (user+sys) of it and every descendant it waited for."""
@@ -55,6 +66,8 @@ class Timed:
     returncode: int
     stdout: str
     stderr: str
+    machine_cpu_s: float = 0.0
+    """CPU the whole machine spent meanwhile (`machine_busy_s`): in the lab, hosts' work too."""
 
     def check(self, what: str) -> Timed:
         if self.returncode != 0:
@@ -67,13 +80,15 @@ def timed(argv: Sequence[str], *, env: dict[str, str] | None = None,
           cwd: str | Path | None = None, timeout_s: float = 300) -> Timed:
     """Run `argv` to its end; RUSAGE_CHILDREN before/after gives its (and its children's) CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = machine_busy_s()
     started = time.monotonic()
     proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=timeout_s)
     wall = time.monotonic() - started
+    machine = machine_busy_s() - busy
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timed(wall, cpu, proc.returncode, proc.stdout, proc.stderr)
+    return Timed(wall, cpu, proc.returncode, proc.stdout, proc.stderr, machine)
 
 
 def median(values: Iterable[float]) -> float:

@@ -19,6 +19,8 @@ ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
 CPU is user+sys of the tfctl process and everything it waited for (rsync, ssh), from
 RUSAGE_CHILDREN, divided by the host count: in this lab every host shares this machine's cores,
 so wall time grows with hosts whatever the tool; tfctl's own CPU per host is what limits a LAN.
+"machine CPU" is everything the machine did meanwhile (/proc/stat, less this script's own
+polling): client, every sshd, agent and task; for pdsh, until all its processes listen.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from _common import (
     Timed,
     kill_tagged,
     light_job_dir,
+    machine_busy_s,
     machine_line,
     median,
     pids_with_env,
@@ -71,10 +74,12 @@ runpy.run_path("job.py", run_name="__main__")
 class Samples:
     wall_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
+    machine_s: list[float] = field(default_factory=list)
 
     def add(self, t: Timed) -> None:
         self.wall_s.append(t.wall_s)
         self.cpu_s.append(t.cpu_s)
+        self.machine_s.append(t.machine_cpu_s)
 
 
 def pdsh_command(python: str, tag: str) -> str:
@@ -105,20 +110,22 @@ def all_listening(lab: Lab) -> bool:
     return all(wanted <= listening_ports(lab.sshd_pid(h) or 0) for h in lab.names)
 
 
-def pdsh_once(lab: Lab, env: dict[str, str], hosts: str) -> tuple[Timed, float]:
-    """pdsh's own time, and the time until every process it started listens on its port (what
-    `tfctl up` waits for); then every process is killed."""
+def pdsh_once(lab: Lab, env: dict[str, str], hosts: str) -> tuple[Timed, float, float]:
+    """pdsh's own time, the time until every process it started listens on its port (what
+    `tfctl up` waits for), and the machine's CPU until then; then every process is killed."""
     tag = secrets.token_hex(4)
     argv = ["pdsh", "-f", "32", "-R", "ssh", "-l", lab.user, "-w", hosts,
             pdsh_command(lab.python, tag)]
+    busy = machine_busy_s()
     started = time.monotonic()
     result = timed(argv, env=env).check("pdsh")
     wait_until(lambda: all_listening(lab), 30, step_s=0.005)
     listening = time.monotonic() - started
+    machine = machine_busy_s() - busy  # less this process's own polling (machine_busy_s)
     kill_tagged("BENCH_TAG", tag)
     wait_until(lambda: not any(listening_ports(lab.sshd_pid(h) or 0) & {PORTS["ps"]}
                                for h in lab.names), 10)
-    return result, listening
+    return result, listening, machine
 
 
 def run_id_of(output: str) -> str:
@@ -218,9 +225,10 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
     for rep in range(args.reps):
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
             if name == "pdsh":
-                launched, listening = pdsh_once(lab, pdsh_env, hosts)
+                launched, listening, machine = pdsh_once(lab, pdsh_env, hosts)
                 s["pdsh"].add(launched)
                 s["pdsh+listen"].wall_s.append(listening)
+                s["pdsh+listen"].machine_s.append(machine)
                 continue
             tag = name[name.index(" "):] if " " in name else ""
             env = envs[tag]
@@ -252,9 +260,10 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
 def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
     hosts = args.hosts
     m = {k: (median(v.wall_s), median(v.cpu_s or [0.0])) for k, v in s.items() if v.wall_s}
+    busy = {k: median(v.machine_s) for k, v in s.items() if v.machine_s}
     print(f"medians of {args.reps} interleaved repetitions, {hosts} hosts × {len(TASKS)} "
           "processes:")
-    print(f"{'what':<36}{'wall s':>8}{'CPU s':>8}{'CPU/host s':>12}")
+    print(f"{'what':<36}{'wall s':>8}{'CPU s':>8}{'CPU/host s':>12}{'machine CPU s':>15}")
     rows = [("pdsh -f 32 (launch only)", "pdsh"),
             ("pdsh, until all ports listen", "pdsh+listen")]
     for tag in ("", " (before)"):
@@ -265,11 +274,12 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
     rows += [(f"tfctl down --grace {args.grace:g}, no TERM", "down_stubborn"),
              ("first tfctl sync (agent + files)", "first_sync")]
     for label, key in rows:
+        machine = f"{busy[key]:>15.2f}" if key in busy else ""
         if key == "pdsh+listen":
-            print(f"{label:<36}{m[key][0]:>8.2f}")
+            print(f"{label:<36}{m[key][0]:>8.2f}{'':>20}{machine}")
         elif key in m:
             wall, cpu = m[key]
-            print(f"{label:<36}{wall:>8.2f}{cpu:>8.2f}{cpu / hosts:>12.3f}")
+            print(f"{label:<36}{wall:>8.2f}{cpu:>8.2f}{cpu / hosts:>12.3f}{machine}")
     pdsh, listen = m["pdsh"][0], m["pdsh+listen"][0]
     for tag in [t for t in ("", " (before)") if f"up{tag}" in m]:
         up, synced = m[f"up{tag}"], m[f"up+sync{tag}"]
@@ -278,6 +288,9 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
               f"listen (what up verifies): {ratio(up[0], listen)}, {ratio(synced[0], listen)}")
         print(f"P1{tag} tfctl CPU per host: up {up[1] / hosts:.3f} s, up+sync "
               f"{synced[1] / hosts:.3f} s (goal ≤ 0.1 s)")
+        print(f"P1{tag} the machine's CPU for the whole job (client, sshd, agents, tasks): up "
+              f"{busy[f'up{tag}']:.2f} s ÷ pdsh until listening {busy['pdsh+listen']:.2f} s = "
+              f"{ratio(busy[f'up{tag}'], busy['pdsh+listen'])}")
         print(f"P5{tag} status: {m[f'status{tag}'][0]:.2f} s (goal ≤ 1 s)")
     if "up (before)" in m:
         print("after ÷ before: " + ", ".join(

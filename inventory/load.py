@@ -201,17 +201,23 @@ class _Resolver:
         hosts = tuple(self._host(i, h) for i, h in enumerate(host_specs))
         self._check_unique_names(host_specs)
         job = self._job({h.name for h in hosts}, hosts)
-        inv = model.Inventory(name=self.spec.name, hosts=hosts, job=job, path=self.filename)
+        inv = model.Inventory(name=self.spec.name, hosts=hosts, job=job, path=self.filename,
+                              hostfile=self._hostfile_path())
         from tfctl.inventory.checks import check_ports
 
         check_ports(inv, self.error)
         return inv
 
-    def _host_specs(self) -> list[schema.HostSpec]:
+    def _hostfile_path(self) -> str | None:
         if not self.hostfile:
-            return list(self.spec.hosts)
+            return None
         base = os.path.dirname(os.path.abspath(self.filename))
-        path = os.path.join(base, os.path.expanduser(self.hostfile))
+        return os.path.join(base, os.path.expanduser(self.hostfile))
+
+    def _host_specs(self) -> list[schema.HostSpec]:
+        path = self._hostfile_path()
+        if path is None:
+            return list(self.spec.hosts)
         return [schema.HostSpec(**entry) for entry in read_hostfile(path)]
 
     def _host(self, i: int, h: schema.HostSpec) -> model.Host:

@@ -118,6 +118,8 @@ class Inventory:
     job: Job
     path: str = "cluster.yaml"
     """The file it was read from; sync sources and state files are relative to its folder."""
+    hostfile: str | None = None
+    """The machinefile the hosts were read from (absolute path), or None."""
 
     def host(self, name: str) -> Host:
         for host in self.hosts:

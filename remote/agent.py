@@ -1,12 +1,13 @@
 """The host-side agent: every operation tfctl performs on a host, as one stdlib-only program.
 
-The program is the agent files (`AGENT_FILES`, see `agent_source`). tfctl keeps it on the host
-as `<workdir>/.tfctl/agent/agent_<hash>.py` (installed by `agentclient.BOOT` when missing) and runs
-it as a session (`serve`): one JSON request per line in, one answer per line out, for as long as
-the command runs, so an operation costs a line each way rather than an interpreter start. An
-answer is `{"ok": true, "result": ...}` or `{"ok": false, "error": "<one sentence>", "kind":
-"<machine-readable>", ...}`. `agent_program` still gives the one-shot form (`python -` with the
-request appended as a last line `main(...)`), which the tests use. The host's run directory
+The program is the agent files (`agent_program.AGENT_FILES`, joined by `agent_source`). tfctl
+keeps it on the host as `<workdir>/.tfctl/agent/agent_<hash>.py` (installed by
+`agentclient.BOOT` when missing) and runs it as a session (`serve`): one JSON request per line
+in, one answer per line out, for as long as the command runs, so an operation costs a line each
+way rather than an interpreter start. An answer is `{"ok": true, "result": ...}` or `{"ok":
+false, "error": "<one sentence>", "kind": "<machine-readable>", ...}`.
+`agent_program.agent_program` still gives the one-shot form (`python -` with the request
+appended as a last line `main(...)`), which the tests use. The host's run directory
 (`<workdir>/.tfctl/runs/<run_id>/`) stays the source of truth about what runs there.
 
 Rules for everything below `main`: stdlib only, Python >= 3.8, Linux (/proc), no tfctl imports
@@ -16,16 +17,10 @@ program sent to hosts).
 
 from __future__ import annotations
 
-import ast
-import functools
 import json
 import os
-import shutil
-import socket
 import sys
 import time
-import traceback
-from pathlib import Path
 from typing import Any
 
 from tfctl.remote.agent_proc import describe_process, is_alive, port_report, user_name
@@ -45,49 +40,29 @@ from tfctl.remote.agent_run import (
     write_json,
 )
 from tfctl.remote.agent_state import live_runs, stop_tasks, task_statuses
-from tfctl.remote.agent_sync import sync_diff, wait_until_up
+from tfctl.remote.agent_sync import sync_diff
+from tfctl.remote.agent_wait import wait_until_up
+from tfctl.remote.agent_wire import ACK_LINE, ANSWER_MARK
+
+
+def hostname() -> str:
+    """The host's name, as `socket.gethostname()` gives it, without importing socket."""
+    return os.uname().nodename
+
+
+def _traceback_text() -> str:
+    import traceback  # imported when it is needed: every agent start pays for its imports
+
+    return traceback.format_exc(limit=6)
+
 
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-gpu")
-AGENT_FILES = ("agent_proc.py", "agent_run.py", "agent_state.py", "agent_sync.py", "agent.py")
-# Imported only for building the program or for annotations (strings under `from __future__
-# import annotations`): cut from the program, saving ~10 ms of imports at each agent start.
-CLIENT_ONLY_MODULES = ("tfctl", "__future__", "ast", "pathlib", "typing")
-
-
-# ---------------------------------------------------------------- building the program (client)
-
-@functools.lru_cache(maxsize=1)
-def agent_source() -> str:
-    """The agent program without its request: the four agent files, client imports cut."""
-    parts = ["from __future__ import annotations\n"]
-    here = Path(__file__).resolve().parent
-    for name in AGENT_FILES:
-        text = (here / name).read_text()
-        lines = text.splitlines(keepends=True)
-        cut: set[int] = set()
-        for node in ast.parse(text).body:
-            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
-                alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-            if modules and all(m.split(".")[0] in CLIENT_ONLY_MODULES for m in modules):
-                cut.update(range(node.lineno - 1, (node.end_lineno or node.lineno)))
-        parts.append("".join(line for i, line in enumerate(lines) if i not in cut))
-    return "\n".join(parts)
-
-
-def render_request(source: str, op: str, args: dict[str, Any]) -> str:
-    """`source` with the request appended as its last line (JSON inside a Python string)."""
-    request = dict(args, op=op)
-    return f"{source}\nmain(json.loads({json.dumps(request)!r}))\n"
-
-
-def agent_program(op: str, args: dict[str, Any]) -> str:
-    """The full program text to send to `<python> -` on a host for one operation."""
-    return render_request(agent_source(), op, args)
 
 
 # ---------------------------------------------------------------- the operations (host)
 
 def op_probe(req: dict[str, Any]) -> dict[str, Any]:
+    import shutil
     from importlib import metadata
 
     if sys.flags.no_site:  # started with -S (see agentclient): find installed packages now
@@ -107,7 +82,7 @@ def op_probe(req: dict[str, Any]) -> dict[str, Any]:
         "python": sys.version.split()[0], "executable": sys.executable, "tf_version": tf_version,
         "nvidia_smi": shutil.which("nvidia-smi"), "home": os.path.expanduser("~"),
         "workdir": None if workdir is None else expand(workdir),
-        "hostname": socket.gethostname(), "rsync": shutil.which("rsync"),
+        "hostname": hostname(), "rsync": shutil.which("rsync"),
         "user": user_name(os.getuid()), "uid": os.getuid(),
         "configured_python_missing": os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1",
     }
@@ -156,7 +131,7 @@ def op_status(req: dict[str, Any]) -> dict[str, Any]:
     if any(t["state"] == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
         tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
     return {"run_id": run_id, "run_dir": run_dir, "created_at": manifest.get("created_at"),
-            "inventory": manifest.get("inventory"), "hostname": socket.gethostname(),
+            "inventory": manifest.get("inventory"), "hostname": hostname(),
             "finished": read_json(os.path.join(run_dir, "finished.json")),
             "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks}
 
@@ -212,6 +187,8 @@ def op_logs(req: dict[str, Any]) -> dict[str, Any]:
 
 def op_listen(req: dict[str, Any]) -> dict[str, Any]:
     """Hold listening sockets for a while in a detached process, so peers can test reaching us."""
+    import socket
+
     seconds = float(req.get("seconds", 10.0))
     bound: list[socket.socket] = []
     busy: dict[str, str] = {}
@@ -236,7 +213,7 @@ def op_listen(req: dict[str, Any]) -> dict[str, Any]:
     return {"bound": ports, "busy": busy, "pid": holder}
 
 
-def _serve_until(socks: list[socket.socket], deadline: float) -> int:
+def _serve_until(socks: list[Any], deadline: float) -> int:
     # Connections are never accepted: the kernel completes the handshake from the backlog, the
     # peer closes first, and the TIME-WAIT stays on its side, so our task ports are free at once.
     while time.time() < deadline:
@@ -245,6 +222,8 @@ def _serve_until(socks: list[socket.socket], deadline: float) -> int:
 
 
 def op_connect(req: dict[str, Any]) -> dict[str, Any]:
+    import socket
+
     timeout_s = float(req.get("timeout_s", 3.0))
     results = []
     for target in req.get("targets", []):
@@ -302,14 +281,10 @@ def main(req: dict[str, Any], mark: str = "") -> None:
         answer = dict(exc.extra, ok=False, error=exc.message, kind=exc.kind)
     except Exception as exc:  # report any failure as one JSON answer, with its traceback
         answer = {"ok": False, "kind": "internal", "error": f"agent {req.get('op')} failed on "
-                  f"{socket.gethostname()}: {type(exc).__name__}: {exc}",
-                  "detail": traceback.format_exc(limit=6)}
+                  f"{hostname()}: {type(exc).__name__}: {exc}",
+                  "detail": _traceback_text()}
     sys.stdout.write(mark + json.dumps(answer, default=str) + "\n")
     sys.stdout.flush()
-
-
-ANSWER_MARK = "\x1etfctl-answer "
-ACK_LINE = "\x1etfctl-ack\n"
 
 
 def serve(stream: Any) -> None:

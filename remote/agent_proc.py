@@ -58,19 +58,30 @@ def same_process(pid: int | None, ticks: int | None) -> bool:
 
 
 def proc_tags(pid: int) -> tuple[str | None, str | None]:
-    """(TFCTL_RUN_ID, TFCTL_TASK) from the process's environment; (None, None) if unreadable."""
+    """(TFCTL_RUN_ID, TFCTL_TASK) from the process's environment; (None, None) if unreadable.
+
+    Runs for every process of the host on every look at a run: a search in the raw block
+    (C speed) rather than a split into entries, which cost 13 ms a look on a desktop.
+    """
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             data = f.read()
     except OSError:
         return None, None
-    run = task = None
-    for entry in data.split(b"\0"):
-        if entry.startswith(RUN_VAR):
-            run = entry[len(RUN_VAR):].decode("utf-8", "replace")
-        elif entry.startswith(TASK_VAR):
-            task = entry[len(TASK_VAR):].decode("utf-8", "replace")
-    return run, task
+    return _env_value(data, RUN_VAR), _env_value(data, TASK_VAR)
+
+
+def _env_value(block: bytes, prefix: bytes) -> str | None:
+    """The value of the entry starting with `prefix` (`NAME=`) in a NUL-separated environ."""
+    if block.startswith(prefix):
+        start = len(prefix)
+    else:
+        at = block.find(b"\0" + prefix)
+        if at < 0:
+            return None
+        start = at + 1 + len(prefix)
+    end = block.find(b"\0", start)
+    return block[start:end if end >= 0 else len(block)].decode("utf-8", "replace")
 
 
 def cmdline(pid: int) -> str | None:

@@ -16,14 +16,12 @@ exit record.
 
 from __future__ import annotations
 
-import functools
+import functools  # loaded anyway (json imports re, which imports it)
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -183,6 +181,8 @@ def fork_detached(body: Callable[[], int], out_path: str = os.devnull,
                 detach_stdio(out_path, keep)
                 code = body()
         except BaseException:
+            import traceback
+
             traceback.print_exc()
         finally:
             os._exit(code)
@@ -247,6 +247,8 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
     env = _task_env(run_id, task)
     me = os.getpid()
     restarts, last_exit = 0, None
+    import subprocess  # not at the top: every agent start would pay for it (launch_tasks has it)
+
     while True:
         try:
             child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
@@ -287,6 +289,8 @@ def launch_tasks(run_dir: str, workdir: str, run_id: str, manifest: dict[str, An
                 start_ticks(record["supervisor_pid"]) == record.get("supervisor_start_ticks"):
             raise AgentError("task_running", f"task {task['name']} of run {run_id} is already "
                              "running on this host", task=task["name"])
+    import subprocess  # noqa: F401  # once here, before the forks: every supervisor inherits it
+
     for task in tasks:
         for suffix in (".pid.json", ".exit.json", ".stopped"):
             path = task_file(run_dir, task["name"], suffix)

@@ -11,9 +11,7 @@ it: a pgid, like a pid, can be reused by a stranger.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -253,6 +251,8 @@ def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
 
 def gpu_pids_among(pids: set[int]) -> tuple[list[int], str | None]:
     """Those of `pids` that nvidia-smi still lists as holding GPU memory (and any error)."""
+    import shutil
+    import subprocess
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return [], None

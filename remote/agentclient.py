@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tfctl.remote.agent import ACK_LINE, ANSWER_MARK, agent_source
+from tfctl.remote.agent_program import agent_source
+from tfctl.remote.agent_wire import ACK_LINE, ANSWER_MARK
 from tfctl.remote.errors import CommandFailed, HostUnreachable, RemoteError
 from tfctl.remote.transport import Transport, shell_path
 
@@ -106,7 +107,7 @@ class Payload:
 def payload() -> Payload:
     program = (agent_source() + "\n").encode()
     name = f"agent_{hashlib.sha256(program).hexdigest()[:16]}.py"
-    return Payload(name, len(program), base64.b64encode(zlib.compress(program, 9)) + b"\n")
+    return Payload(name, len(program), base64.b64encode(zlib.compress(program, 6)) + b"\n")
 
 
 def agent_command(python: str, workdir: str) -> str:

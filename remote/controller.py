@@ -18,7 +18,6 @@ from tfctl.remote.launch import launch, new_run_id
 from tfctl.remote.logs import LogFollower
 from tfctl.remote.runstate import CurrentRun, current_run, remember
 from tfctl.remote.setup import attach_logs, raise_if_failed, run_setup
-from tfctl.remote.ssh import SshOptions
 from tfctl.remote.status import (
     RunStatus,
     TaskStatus,
@@ -28,6 +27,7 @@ from tfctl.remote.status import (
 )
 from tfctl.remote.stop import stop_run
 from tfctl.remote.sync import SyncResult, sync_all
+from tfctl.remote.transport import SshOptions
 
 Say = Callable[[str], None]
 

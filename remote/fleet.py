@@ -17,8 +17,7 @@ from tfctl.inventory.model import Host, Inventory
 from tfctl.remote import agentclient
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.local import LocalTransport
-from tfctl.remote.ssh import SshOptions, SshTransport
-from tfctl.remote.transport import Transport
+from tfctl.remote.transport import SshOptions, Transport
 
 T = TypeVar("T")
 
@@ -45,6 +44,14 @@ class FleetResult(Generic[T]):
         return not self.errors
 
 
+def _ssh_transport(host: Host, options: SshOptions) -> Transport:
+    # Imported on the first connection, not with this module: until then (loading the inventory,
+    # listing the sync source) the command does not wait for paramiko's ~50 ms import.
+    from tfctl.remote.ssh import SshTransport
+
+    return SshTransport(host, options)
+
+
 class Fleet:
     """The hosts of an inventory with one lazily opened transport each."""
 
@@ -59,7 +66,7 @@ class Fleet:
         with self._lock:
             if h.name not in self._transports:
                 self._transports[h.name] = (LocalTransport(h) if h.transport == "local"
-                                            else SshTransport(h, self.options))
+                                            else _ssh_transport(h, self.options))
             return self._transports[h.name]
 
     def map(self, step: Callable[[Transport], T], hosts: Iterable[Host | str] | None = None

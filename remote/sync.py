@@ -36,8 +36,7 @@ from tfctl.remote.agent_sync import entry_signature
 from tfctl.remote.errors import CommandFailed, RemoteError
 from tfctl.remote.fleet import Fleet, FleetResult
 from tfctl.remote.local import LocalTransport
-from tfctl.remote.ssh import SshOptions
-from tfctl.remote.transport import Transport, shell_path
+from tfctl.remote.transport import SshOptions, Transport, shell_path
 
 # `.tfctl-state-*` is the local state file beside the inventory: not code, and rewritten by
 # every `up`, so syncing it would make every sync after an `up` a changed one.

@@ -1,6 +1,6 @@
 """The one interface between tfctl and a host: run a command, stream a command, forward a port.
 
-Two implementations: `ssh.SshTransport` (Fabric/paramiko) and `local.LocalTransport`
+Two implementations: `ssh.SshTransport` (paramiko) and `local.LocalTransport`
 (subprocess, for `transport: local` hosts such as the demo's). Everything above this module is
 transport-blind, which is what makes `tfctl demo` the same code path as a real lab.
 """
@@ -13,6 +13,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tfctl.inventory.model import Host
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """Connection settings that come from the command line rather than the inventory.
+
+    Here rather than in ssh.py so that code which only passes them on does not import paramiko
+    (~50 ms), which `Fleet` imports when it opens its first SSH connection.
+    """
+
+    connect_timeout_s: float = 5.0
+    accept_new_host_keys: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.agent import agent_program, agent_source
+from tfctl.remote.agent_program import (
+    AGENT_FILES,
+    CLIENT_ONLY_MODULES,
+    agent_program,
+    agent_source,
+    client_import_lines,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -142,6 +148,31 @@ SLEEPER = "echo hi; exec sleep 60"
 
 
 # ---------------------------------------------------------------- the program itself
+
+def _cut_by_ast(text: str) -> set[int]:
+    cut: set[int] = set()
+    for node in ast.parse(text).body:
+        modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+            alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if modules and all(m.split(".")[0] in CLIENT_ONLY_MODULES for m in modules):
+            cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    return cut
+
+
+@pytest.mark.parametrize("name", AGENT_FILES)
+def test_import_cut_matches_the_parser(name: str) -> None:
+    """The program builder's line scan cuts exactly the imports Python's parser finds."""
+    text = (Path(__file__).parent.parent / "remote" / name).read_text()
+    assert client_import_lines(text.splitlines(keepends=True)) == _cut_by_ast(text)
+
+
+def test_import_cut_handles_the_forms_it_meets() -> None:
+    """Parenthesised imports, several modules, comments; indented imports stay."""
+    lines = ["from tfctl.remote.agent_run import (\n", "    a,\n", "    b,\n", ")\n",
+             "import os, typing\n", "import typing  # annotations\n",
+             "from typing import Any\n", "    from tfctl import x\n", "import pathlib\n"]
+    assert client_import_lines(lines) == {0, 1, 2, 3, 5, 6, 8}
+
 
 def test_program_is_standalone_py38_stdlib() -> None:
     source = agent_source()

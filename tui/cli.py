@@ -1,6 +1,6 @@
 """The `tfctl` command line: thin click commands over `tfctl.inventory` and `tfctl.remote`.
 
-Heavy imports (fabric, textual) happen inside the commands that need them, so `tfctl --help` and
+Heavy imports (paramiko, textual) happen inside the commands that need them, so `tfctl --help` and
 `tfctl plan` start fast. Errors of the project are caught once, here, and printed as one
 sentence: exit 2 for usage and inventory mistakes, 1 for a failure on a host, 130 for Ctrl-C.
 """
@@ -15,7 +15,7 @@ import click
 
 if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
-    from tfctl.remote.ssh import SshOptions
+    from tfctl.remote.transport import SshOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -30,12 +30,12 @@ class Context:
     accept_new_host_keys: bool
 
     def load(self) -> Inventory:
-        from tfctl.inventory.load import load_inventory
+        from tfctl.inventory.cache import load_inventory_cached
 
-        return load_inventory(self.inventory_path, hostfile=self.hostfile)
+        return load_inventory_cached(self.inventory_path, hostfile=self.hostfile)
 
     def ssh_options(self) -> SshOptions:
-        from tfctl.remote.ssh import SshOptions
+        from tfctl.remote.transport import SshOptions
 
         return SshOptions(self.connect_timeout_s, self.accept_new_host_keys)
 
@@ -123,7 +123,7 @@ def _lazy_command(module: str, name: str) -> click.Command:
 
 
 # Subcommands live in their own modules, imported only when that command (or --help) needs them;
-# those modules keep fabric/textual imports inside their functions.
+# those modules keep paramiko/textual imports inside their functions.
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("tfctl.tui.cmd_plan", "plan"),
     "init": ("tfctl.tui.cmd_init", "init"),
