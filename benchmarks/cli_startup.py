@@ -6,14 +6,18 @@
 
 Each repetition runs, in rotating order, a bare `python -c pass` (the interpreter's own floor),
 `tfctl --help` and `tfctl -i <16-host inventory> plan`, each as a fresh process as a user runs
-them. Also lists which heavy packages each command imported (none of textual, tensorflow,
-fabric, paramiko may be), read from the command's own `sys.modules` at exit.
+them; `plan` twice: with the inventory already validated once (inventory/cache.py: what every
+command after the first on an unchanged file gets) and with that cache off
+(`TFCTL_INVENTORY_CACHE=0`: YAML and pydantic every time). Also lists which heavy packages
+each command imported (none of textual, tensorflow, fabric, paramiko may be), read from the
+command's own `sys.modules` at exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -38,8 +42,8 @@ def inventory(folder: Path, hosts: int) -> Path:
     return path
 
 
-def heavy_imports(argv: list[str]) -> list[str]:
-    done = timed([PYTHON, "-c", PROBE, *argv]).check(" ".join(argv))
+def heavy_imports(argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+    done = timed([PYTHON, "-c", PROBE, *argv], env=env).check(" ".join(argv))
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
     return [m for m in json.loads(line[len("MODULES "):]) if m in FORBIDDEN + NOTED]
 
@@ -51,16 +55,22 @@ def main() -> int:
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp:
         inv = inventory(Path(tmp), 16)
-        commands = {"python -c pass": [PYTHON, "-c", "pass"],
-                    "tfctl --help": [PYTHON, "-m", "tfctl.tui", "--help"],
-                    "tfctl plan (16 hosts)": [PYTHON, "-m", "tfctl.tui", "-i", str(inv), "plan"]}
+        plan = [PYTHON, "-m", "tfctl.tui", "-i", str(inv), "plan"]
+        cold = dict(os.environ, TFCTL_INVENTORY_CACHE="0")
+        commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+            "python -c pass": ([PYTHON, "-c", "pass"], None),
+            "tfctl --help": ([PYTHON, "-m", "tfctl.tui", "--help"], None),
+            "tfctl plan (16 hosts)": (plan, None),
+            "tfctl plan, cache off": (plan, cold)}
+        timed(plan).check("plan")  # validated once, as by the user's previous command
         walls: dict[str, list[float]] = {k: [] for k in commands}
         names = list(commands)
         for rep in range(args.reps):
-            for name in names[rep % 3:] + names[:rep % 3]:
-                walls[name].append(timed(commands[name]).check(name).wall_s)
-        imported = {name: heavy_imports(argv[3:] if name != "tfctl --help" else ["--help"])
-                    for name, argv in commands.items() if name != "python -c pass"}
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                argv, env = commands[name]
+                walls[name].append(timed(argv, env=env).check(name).wall_s)
+        imported = {name: heavy_imports(argv[3:], env)
+                    for name, (argv, env) in commands.items() if name != "python -c pass"}
     m = {k: median(v) for k, v in walls.items()}
     floor = m["python -c pass"]
     print(f"medians of {args.reps} interleaved runs, wall s (a fresh process each):")

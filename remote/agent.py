@@ -40,7 +40,7 @@ from tfctl.remote.agent_run import (
     write_json,
 )
 from tfctl.remote.agent_state import live_runs, stop_tasks, task_statuses
-from tfctl.remote.agent_sync import sync_diff
+from tfctl.remote.agent_sync import put_files, sync_diff
 from tfctl.remote.agent_wait import wait_until_up
 from tfctl.remote.agent_wire import ACK_LINE, ANSWER_MARK
 
@@ -243,11 +243,16 @@ def op_sync_diff(req: dict[str, Any]) -> dict[str, Any]:
     return sync_diff(expand(need(req, "workdir")), need(req, "entries"))
 
 
+def op_put_files(req: dict[str, Any]) -> dict[str, Any]:
+    return put_files(expand(need(req, "workdir")), need(req, "files"))
+
+
 OPS = {
     "probe": op_probe, "ports": op_ports, "prepare": op_prepare, "launch": op_launch,
     "wait_ports": op_wait_ports, "status": op_status, "stop": op_stop, "finish": op_finish,
     "runs": op_runs, "logs": op_logs, "listen": op_listen, "connect": op_connect,
     "sync_diff": op_sync_diff,
+    "put_files": op_put_files,
 }
 
 

@@ -45,3 +45,44 @@ def sync_diff(workdir: str, packed_entries: str) -> dict[str, Any]:
     many = len(differ) > SYNC_DIFF_MAX
     return {"dest": workdir, "rsync": shutil.which("rsync"), "count": len(differ),
             "differ": None if many else differ}
+
+
+def put_files(workdir: str, files: list[list[Any]]) -> dict[str, Any]:
+    """Write small changed files sent in the request: [path, mode, mtime_ns, data (zlib,
+    base64)] each, as rsync -a would leave them (content, permissions, mtime; owner as a
+    non-root login gets), each atomically (temporary file, then rename).
+
+    Only inside `workdir`, only into folders that exist as real folders (no symlink on the way),
+    never through a symlink: a path that does not qualify stops the work and is named in
+    `refused`, and the client sends it and the rest with rsync.
+    """
+    import base64
+    import contextlib
+    import zlib
+
+    root = os.path.realpath(workdir)
+    written: list[str] = []
+    total = 0
+    for rel, mode, mtime_ns, packed in files:
+        path = os.path.join(root, rel)
+        parent = os.path.dirname(path)
+        if os.path.isabs(rel) or ".." in rel.split("/") or os.path.realpath(parent) != parent \
+                or not (parent + "/").startswith(root + "/") or not os.path.isdir(parent) \
+                or os.path.islink(path):
+            return {"written": written, "bytes": total, "refused": rel}
+        data = zlib.decompress(base64.b64decode(packed))
+        tmp = os.path.join(parent, f".{os.path.basename(path)}.tfctl-{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                os.fchmod(out.fileno(), int(mode))
+            os.utime(tmp, ns=(int(mtime_ns), int(mtime_ns)))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        written.append(rel)
+        total += len(data)
+    return {"written": written, "bytes": total, "refused": None}

@@ -12,8 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-import paramiko
-
+from tfctl.remote._paramiko import paramiko
 from tfctl.remote.errors import HostKeyRefused
 
 

@@ -20,9 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import paramiko
-
 from tfctl.inventory.model import Host
+from tfctl.remote._paramiko import paramiko
 from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
 from tfctl.remote.hostkeys import VerifyingPolicy, changed_key_error, known_hosts_name
 from tfctl.remote.sshconfig import Target, resolve

@@ -13,8 +13,7 @@ import getpass
 import os
 from dataclasses import dataclass, field
 
-import paramiko
-
+from tfctl.remote._paramiko import load_invoke, paramiko
 from tfctl.remote.errors import RemoteError
 
 CONFIG_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
@@ -73,6 +72,8 @@ def lookup(config: paramiko.SSHConfig, alias: str) -> dict[str, object]:
     try:
         return dict(config.lookup(alias))
     except ImportError:  # a `Match exec` block: paramiko runs it through invoke
+        if load_invoke():
+            return dict(config.lookup(alias))
         raise RemoteError(alias, "your ssh config has a `Match exec` block, which tfctl can "
                           "evaluate only with the `invoke` package installed",
                           "pip install invoke (into tfctl's environment), or give the host's "

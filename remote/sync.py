@@ -36,6 +36,7 @@ from tfctl.remote.agent_sync import entry_signature
 from tfctl.remote.errors import CommandFailed, RemoteError
 from tfctl.remote.fleet import Fleet, FleetResult
 from tfctl.remote.local import LocalTransport
+from tfctl.remote.sync_put import put_changed, worth_putting
 from tfctl.remote.transport import SshOptions, Transport, shell_path
 
 # `.tfctl-state-*` is the local state file beside the inventory: not code, and rewritten by
@@ -46,7 +47,7 @@ ALWAYS_EXCLUDED = (".tfctl/", ".tfctl-state-*", "__pycache__/", "*.pyc")
 @dataclass(frozen=True)
 class SyncResult:
     host: str
-    method: str  # "rsync" | "sftp" | "skipped" | "unchanged" (nothing differs: nothing sent)
+    method: str  # "rsync" | "agent" (small change) | "sftp" | "skipped" | "unchanged"
     files_transferred: int
     bytes_transferred: int
     changed: tuple[str, ...]
@@ -146,6 +147,15 @@ def sync_host(t: Transport, source: str, inv: Inventory, options: SshOptions, de
             return SyncResult(host.name, "unchanged", 0, 0, (), dest,
                               "every file already the same there: nothing sent")
         only = diff["differ"]  # None when many: rsync the whole tree
+        signatures = dict(listed.entries)
+        if only and worth_putting(signatures, only):
+            put = put_changed(t, source, dest, only, signatures)
+            if not put.left:
+                if progress:
+                    progress(host.name, f"{len(put.written)} files, {put.bytes_sent} bytes")
+                return SyncResult(host.name, "agent", len(put.written), put.bytes_sent,
+                                  put.written, dest, "small change: sent over the agent's session")
+            only = list(put.left)
     return _transfer(t, source, dest, has_rsync, inv, options, delete, progress, only)
 
 

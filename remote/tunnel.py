@@ -25,8 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-import paramiko
-
+from tfctl.remote._paramiko import paramiko
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.fleet import Fleet
 from tfctl.remote.transport import Transport

@@ -420,3 +420,43 @@ def test_logs_follow_by_offsets_and_tail(lab: Lab) -> None:
     reset = ok("logs", workdir=lab.workdir, run_id=run_id, offsets={"worker:0": 10_000})
     assert reset["logs"]["worker:0"]["reset"] is True
     assert reset["logs"]["worker:0"]["data"].startswith("one\n")
+
+
+def _packed(data: bytes) -> str:
+    import base64
+    import zlib
+
+    return base64.b64encode(zlib.compress(data)).decode()
+
+
+def test_put_files_writes_content_mode_and_mtime(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("old\n")
+    mtime_ns = 1_700_000_000_123_456_789
+    answer = call("put_files", workdir=str(tmp_path), files=[
+        ["pkg/a.py", 0o750, mtime_ns, _packed(b"new\n")], ["b.py", 0o644, mtime_ns, _packed(b"")]])
+    assert answer["ok"], answer
+    assert answer["result"] == {"written": ["pkg/a.py", "b.py"], "bytes": 4, "refused": None}
+    st = (tmp_path / "pkg" / "a.py").stat()
+    assert (tmp_path / "pkg" / "a.py").read_bytes() == b"new\n"
+    assert (st.st_mode & 0o7777, st.st_mtime_ns) == (0o750, mtime_ns)
+    assert sorted(p.name for p in tmp_path.rglob("*tmp*")) == []  # no temporary file left
+
+
+@pytest.mark.parametrize("rel", ["../escaped.py", "/etc/escaped.py", "link/x.py", "linked.py",
+                                 "missing/x.py"])
+def test_put_files_refuses_paths_it_cannot_write_safely(tmp_path: Path, rel: str) -> None:
+    """Outside the workdir, through a symlinked folder or onto a symlink, or into a folder that
+    does not exist: refused (the client sends those with rsync), and nothing written."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "link").symlink_to(outside)
+    (work / "linked.py").symlink_to(outside / "target.py")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    answer = call("put_files", workdir=str(work), files=[
+        ["ok.py", 0o644, 0, _packed(b"fine")], [rel, 0o644, 0, _packed(b"evil")]])
+    assert answer["ok"], answer
+    assert answer["result"]["written"] == ["ok.py"] and answer["result"]["refused"] == rel
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted([*before, "ok.py"])
+    assert not (outside / "target.py").exists() and not (tmp_path / "escaped.py").exists()

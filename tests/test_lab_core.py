@@ -149,12 +149,23 @@ def test_resync_transfers_only_the_changed_file(lab, tmp_path: Path) -> None:  #
     assert first.returncode == 0, first.stderr
     time.sleep(1.1)  # a new mtime second
     (d / "data7.txt").write_text("changed\n")
+    (d / "data7.txt").chmod(0o750)
     second = tfctl(inv, "sync")
+    source = (d / "data7.txt").stat()
     for host in lab.names:
-        assert f"{host}: rsync 1 files" in second.stdout, second.stdout
+        # One small file: sent over the agent's session, as rsync -a would leave it.
+        assert f"{host}: agent 1 files, 8 bytes" in second.stdout, second.stdout
         workdir = lab.host(host).workdir
         assert (workdir / "data7.txt").read_text() == "changed\n"
+        copy = (workdir / "data7.txt").stat()
+        assert (copy.st_mode, copy.st_mtime_ns) == (source.st_mode, source.st_mtime_ns)
         assert not (workdir / "ignored.log").exists()  # .gitignore honoured
+    (d / "pkg").mkdir()
+    (d / "pkg" / "new.py").write_text("x = 1\n")
+    third = tfctl(inv, "sync")
+    for host in lab.names:  # a new folder is more than changed files: rsync sends it
+        assert f"{host}: rsync 1 files, 6 bytes" in third.stdout, third.stdout
+        assert (lab.host(host).workdir / "pkg" / "new.py").read_text() == "x = 1\n"
 
 
 def test_exec_groups_output_and_returns_worst_status(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

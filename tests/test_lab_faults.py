@@ -62,8 +62,16 @@ def until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
 def pid_of(run_id: str, task: str) -> int | None:
     """The task's own process (a tagged process that is not its supervisor)."""
     pids = [pid for pid, env in processes_of_run(run_id).items() if env.get("TFCTL_TASK") == task
-            and Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise"]
+            and _comm(pid) not in ("tfctl-supervise", None)]
     return pids[0] if len(pids) == 1 else None
+
+
+def _comm(pid: int) -> str | None:
+    """The process's name, or None once it is gone (a task just killed may vanish mid-scan)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def log_of(lab: Any, host: str, run_id: str, task: str) -> str:

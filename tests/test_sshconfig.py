@@ -6,6 +6,8 @@ through such a config for real; these pin the precedence rules on parsed config 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import paramiko
@@ -96,3 +98,21 @@ def test_the_files_are_read_again_when_they_change(tmp_path: Path) -> None:
     path.write_text("Host box\n HostName 10.0.0.66\n")
     assert resolve("box", config=user_ssh_config((str(path),))).hostname == "10.0.0.66"
     assert resolve("box", config=user_ssh_config((str(tmp_path / "missing"),))).hostname == "box"
+
+
+def test_invoke_is_loaded_only_for_a_match_exec_block(tmp_path: Path) -> None:
+    """paramiko would import invoke (~45 ms) at every start; tfctl loads it when a config has a
+    `Match exec` block, which paramiko evaluates through it."""
+    config = tmp_path / "config"
+    config.write_text('Match exec "test -n x"\n  HostName 10.4.4.4\nHost *\n  User u\n')
+    probe = f"""
+import sys
+from tfctl.remote import ssh
+from tfctl.remote.sshconfig import resolve, user_ssh_config
+before = "invoke" in sys.modules
+target = resolve("box", config=user_ssh_config(({str(config)!r},)))
+print(before, target.hostname, "invoke" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert proc.stdout.split() == ["False", "10.4.4.4", "True"]

@@ -1,5 +1,5 @@
 """`python -m tfctl.tui` is `tfctl`."""
 
-from tfctl.tui.cli import main
+from tfctl.tui.cli import run
 
-main(prog_name="tfctl")
+run()
