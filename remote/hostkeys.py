@@ -1,8 +1,8 @@
 """Host-key verification against known_hosts: unknown keys refused unless opted in, changed never.
 
-Fabric's default is paramiko's AutoAddPolicy (trust anything, silently); tfctl replaces it. On a
-changed key the message names both fingerprints and the known_hosts line to remove, as OpenSSH
-does, because that is what the user must act on.
+Fabric's default, paramiko's AutoAddPolicy (trust anything, silently), is what tfctl must not do.
+On a changed key the message names both fingerprints and the known_hosts line to remove, as
+OpenSSH does, because that is what the user must act on.
 """
 
 from __future__ import annotations
