@@ -36,7 +36,7 @@ from tfctl.remote.agent_sync import entry_signature
 from tfctl.remote.errors import CommandFailed, RemoteError
 from tfctl.remote.fleet import Fleet, FleetResult
 from tfctl.remote.local import LocalTransport
-from tfctl.remote.sync_put import put_changed, worth_putting
+from tfctl.remote.sync_put import new_sync, put_changed, worth_putting
 from tfctl.remote.transport import SshOptions, Transport, shell_path
 
 # `.tfctl-state-*` is the local state file beside the inventory: not code, and rewritten by
@@ -78,6 +78,7 @@ def sync_all(fleet: Fleet, *, delete: bool = False, progress: Progress | None = 
     skipped = {h.name: SyncResult(h.name, "skipped", 0, 0, (), h.workdir,
                                   "shared_fs: same filesystem as a synced host")
                for h in inv.hosts if h.shared_fs}
+    new_sync()
     # Listed while the fleet connects: each host waits for it only after its SSH handshake.
     with ThreadPoolExecutor(max_workers=1) as pool:
         listing = pool.submit(source_listing, source, inv)

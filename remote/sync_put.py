@@ -12,6 +12,7 @@ agent refuses) goes to rsync as before.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import stat
 import zlib
@@ -51,12 +52,9 @@ def worth_putting(signatures: dict[str, str], differ: list[str]) -> bool:
 def put_changed(t: Transport, source: str, dest: str, differ: list[str],
                 signatures: dict[str, str]) -> Put:
     """Send `differ` (paths relative to `source`) to `dest` on the host over the agent."""
-    files: list[list[Any]] = []
-    for rel in differ:
-        packed = _pack(os.path.join(source, rel), signatures[rel])
-        if packed is None:  # changed again (or gone) since it was listed: rsync decides
-            return Put((), 0, tuple(differ))
-        files.append([rel, *packed])
+    files = _packed_files(source, tuple((rel, signatures[rel]) for rel in differ))
+    if files is None:  # a file changed again (or went) since it was listed: rsync decides
+        return Put((), 0, tuple(differ))
     try:
         answer = agentclient.call(t, "put_files", {"workdir": dest, "files": files},
                                   timeout_s=120)
@@ -67,6 +65,23 @@ def put_changed(t: Transport, source: str, dest: str, differ: list[str],
     written = tuple(answer.get("written", ()))
     return Put(written, int(answer.get("bytes", 0)),
                tuple(p for p in differ if p not in set(written)))
+
+
+def new_sync() -> None:
+    """Forget what was packed for an earlier sync: a file rewritten within the same second keeps
+    its signature, so packed contents are shared only by the hosts of one sync."""
+    _packed_files.cache_clear()
+
+
+@functools.lru_cache(maxsize=2)  # the hosts of one sync usually differ alike: read and pack once
+def _packed_files(source: str, wanted: tuple[tuple[str, str], ...]) -> list[list[Any]] | None:
+    files: list[list[Any]] = []
+    for rel, signature in wanted:
+        packed = _pack(os.path.join(source, rel), signature)
+        if packed is None:
+            return None
+        files.append([rel, *packed])
+    return files
 
 
 def _pack(path: str, signature: str) -> tuple[int, int, str] | None:
