@@ -68,7 +68,7 @@ def put_files(workdir: str, files: list[list[Any]]) -> dict[str, Any]:
         parent = os.path.dirname(path)
         if os.path.isabs(rel) or ".." in rel.split("/") or os.path.realpath(parent) != parent \
                 or not (parent + "/").startswith(root + "/") or not os.path.isdir(parent) \
-                or os.path.islink(path):
+                or os.path.islink(path) or os.path.isdir(path):
             return {"written": written, "bytes": total, "refused": rel}
         data = zlib.decompress(base64.b64decode(packed))
         tmp = os.path.join(parent, f".{os.path.basename(path)}.tfctl-{os.getpid()}.tmp")

@@ -21,7 +21,7 @@ from typing import Any
 
 from tfctl.remote import agentclient
 from tfctl.remote.agent_sync import entry_signature
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import HostUnreachable, RemoteError
 from tfctl.remote.transport import Transport
 
 PUT_MAX_BYTES = 4 * 1024 * 1024
@@ -58,6 +58,8 @@ def put_changed(t: Transport, source: str, dest: str, differ: list[str],
     try:
         answer = agentclient.call(t, "put_files", {"workdir": dest, "files": files},
                                   timeout_s=120)
+    except HostUnreachable:
+        raise  # rsync would not get through either
     except RemoteError as exc:
         if exc.kind in ("python_missing", "agent_missing"):
             raise

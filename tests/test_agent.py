@@ -444,15 +444,16 @@ def test_put_files_writes_content_mode_and_mtime(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("rel", ["../escaped.py", "/etc/escaped.py", "link/x.py", "linked.py",
-                                 "missing/x.py"])
+                                 "missing/x.py", "adir"])
 def test_put_files_refuses_paths_it_cannot_write_safely(tmp_path: Path, rel: str) -> None:
-    """Outside the workdir, through a symlinked folder or onto a symlink, or into a folder that
-    does not exist: refused (the client sends those with rsync), and nothing written."""
+    """Outside the workdir, through a symlinked folder or onto a symlink, into a folder that does
+    not exist, or onto a folder: refused (the client sends those with rsync), nothing written."""
     work, outside = tmp_path / "work", tmp_path / "outside"
     work.mkdir()
     outside.mkdir()
     (work / "link").symlink_to(outside)
     (work / "linked.py").symlink_to(outside / "target.py")
+    (work / "adir").mkdir()  # a folder where the source has a file
     before = sorted(p.name for p in tmp_path.rglob("*"))
     answer = call("put_files", workdir=str(work), files=[
         ["ok.py", 0o644, 0, _packed(b"fine")], [rel, 0o644, 0, _packed(b"evil")]])
