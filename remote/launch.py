@@ -73,15 +73,21 @@ def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
     return data
 
 
-def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: float = 120.0
-           ) -> list[Started]:
-    """Start every task of `plan` as run `run_id`; roll back and raise `LaunchFailed` on error."""
+def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: float = 120.0,
+           ps_first: bool = True) -> list[Started]:
+    """Start every task of `plan` as run `run_id`; roll back and raise `LaunchFailed` on error.
+
+    `ps_first=False` starts every task at once (`up --all-at-once`): TensorFlow's workers and
+    chief wait for parameter servers that are not up yet, so a job starts in one TensorFlow
+    import instead of two; every task is still verified listening, and a failure still rolls
+    everything back.
+    """
     hosts = plan.hosts_used
     _raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
     started: list[Started] = []
     try:
         _raise_first(fleet.map(lambda t: _prepare(t, plan, run_id), hosts), "prepare")
-        for phase in PHASES:
+        for phase in PHASES if ps_first else (tuple(t for p in PHASES for t in p),):
             names = [t.name for t in plan.tasks if t.type in phase]
             if not names:
                 continue

@@ -129,6 +129,24 @@ def test_status_and_down_without_the_state_file(lab, tmp_path: Path, down_after)
     assert processes_of_run(run_id) == {}
 
 
+@pytest.mark.parametrize("all_at_once", [False, True], ids=["ps-first", "all-at-once"])
+def test_launch_order(lab, tmp_path: Path, down_after, all_at_once: bool) -> None:  # type: ignore[no-untyped-def]
+    """ps first: the workers start only once every ps listens. --all-at-once: they start in the
+    same launch, while the parameter servers (listening 2 s late here) are not up yet."""
+    job = dict(FOREVER, args=["--forever", "--listen-delay", "2", "--delay-types", "ps"])
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"])
+    down_after.append(inv)
+    proc = _up(inv, *(["--all-at-once"] if all_at_once else []))
+    starts = [line for line in proc.stderr.splitlines() if line.startswith("tfctl: starting")]
+    assert len(starts) == (1 if all_at_once else 2), proc.stderr
+    run_dir = lab.host("h1").workdir / ".tfctl" / "runs" / run_id_from(proc.stdout)
+    started = {name: json.loads((run_dir / f"{name}.pid.json").read_text())["started_at"]
+               for name in ("ps-0", "worker-0")}
+    gap = started["worker-0"] - started["ps-0"]
+    assert (gap < 2.0) if all_at_once else (gap >= 2.0), gap  # 2.0: the ps's listen delay
+    assert {t["state"] for t in status_json(inv)["tasks"]} == {"running"}
+
+
 def test_second_up_refuses_while_live(lab, tmp_path: Path, down_after) -> None:  # type: ignore[no-untyped-def]
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER)
     down_after.append(inv)

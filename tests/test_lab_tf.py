@@ -23,10 +23,11 @@ def _job_dir(tmp: Path) -> Path:
     return d
 
 
-def _run(lab, tmp_path: Path, job: dict, **kw) -> tuple[Path, str, str]:  # type: ignore[no-untyped-def, type-arg]
+def _run(lab, tmp_path: Path, job: dict, up_args: tuple[str, ...] = (), **kw  # type: ignore[no-untyped-def, type-arg]
+         ) -> tuple[Path, str, str]:
     inv = lab.write_inventory(_job_dir(tmp_path) / "cluster.yaml", job, **kw)
     plan = json.loads(tfctl(inv, "plan", "--json").stdout)
-    up = tfctl(inv, "up", timeout=300)
+    up = tfctl(inv, "up", *up_args, timeout=300)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         run_id = run_id_from(up.stdout)
@@ -45,9 +46,15 @@ def _run(lab, tmp_path: Path, job: dict, **kw) -> tuple[Path, str, str]:  # type
         tfctl(inv, "down", "--grace", "1")
 
 
-def test_flags_style_between_graph(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+# `up --all-at-once` starts the workers (and the chief) before the parameter servers listen:
+# TensorFlow's sessions and the coordinator wait for them, and the job runs the same.
+ORDERS = [pytest.param((), id="ps-first"), pytest.param(("--all-at-once",), id="all-at-once")]
+
+
+@pytest.mark.parametrize("up_args", ORDERS)
+def test_flags_style_between_graph(lab, tmp_path: Path, up_args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     job = {"script": "train.py", "style": "flags", "args": ["--steps=40", "--log_every=10"]}
-    _, _, logs = _run(lab, tmp_path, job, ps={"h2": 0, "h3": 0})
+    _, _, logs = _run(lab, tmp_path, job, up_args, ps={"h2": 0, "h3": 0})
     assert "worker:0 | RESULT" in logs
     out = lab.host("h1").workdir / "out"  # worker 0 (the chief) runs on h1
     assert list((out / "ckpt").glob("ckpt-*.index"))
@@ -63,12 +70,14 @@ def test_tf_config_multi_worker_mirrored(lab, tmp_path: Path) -> None:  # type: 
     assert list((out / "train").glob("events.out.tfevents.*"))
 
 
-def test_tf_config_parameter_server_strategy_with_chief(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("up_args", ORDERS)
+def test_tf_config_parameter_server_strategy_with_chief(lab, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        up_args: tuple[str, ...]) -> None:
     # ParameterServerStrategy checkpoints need one directory shared by the chief and every ps
     # (FIELD.md §2): the lab hosts share this machine's filesystem, so an absolute path is it.
     shared = tmp_path / "shared-out"
     job = {"script": "train.py", "style": "tf_config", "chief": True,
            "args": [f"--train_dir={shared}", "--steps=30", "--log_every=10"]}
-    _, _, logs = _run(lab, tmp_path, job, hosts=["h1", "h2"])
+    _, _, logs = _run(lab, tmp_path, job, up_args, hosts=["h1", "h2"])
     assert "chief:0 | RESULT" in logs and '"style": "ps_strategy"' in logs
     assert list((shared / "ckpt").glob("ckpt-*.index"))

@@ -83,9 +83,12 @@ def sync(ctx: click.Context, delete: bool) -> None:
 @click.option("--setup", "force_setup", is_flag=True, help="Run job.setup on every host even "
               "where its inputs are unchanged.")
 @click.option("--force", is_flag=True, help="Launch even onto GPUs other processes use.")
+@click.option("--all-at-once", is_flag=True, help="Start every task at once rather than the "
+              "parameter servers first: workers and chief wait for them, and the job starts in "
+              "one TensorFlow import instead of two.")
 @click.pass_context
 def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
-       force: bool) -> None:
+       force: bool, all_at_once: bool) -> None:
     """Sync, run job.setup (cached), check the GPUs are free, start every task (ps first).
 
     On any failure everything started is stopped again. GPUs in use by other processes are
@@ -121,7 +124,7 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
             sys.exit(EXIT_FAILED)
         run_id = guard.run_id = new_run_id()
         _say(f"run {run_id}")
-        launch(fleet, plan, run_id, _say, start_timeout_s=start_timeout)
+        launch(fleet, plan, run_id, _say, start_timeout_s=start_timeout, ps_first=not all_at_once)
         remember(inv, run_id, plan.hosts_used)
         attach_logs(fleet, run_id, setup_result)
         _print_status(_read(fleet, run_id, list(plan.hosts_used)))
