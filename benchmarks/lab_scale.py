@@ -12,9 +12,10 @@ rotating order:
   up         `tfctl up --no-sync`: port preflight, run dirs, ps first and until they listen, then
              the workers until they listen, then one status read; every host in parallel;
   up+sync    `tfctl up` with a no-change sync first (the source was synced before the runs);
-after each `up`: `tfctl status` (P5) and `tfctl down --grace G` (P6: every process of the run
-must be gone when it returns, and it must return within G + 1 s). Last, P6 again with tasks that
-ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
+  up-all     `tfctl up --no-sync --all-at-once`: every task in one launch, then verified;
+after each `up` but up-all: `tfctl status` (P5) and `tfctl down --grace G` (P6: every process
+of the run must be gone when it returns, and it must return within G + 1 s). Last, P6 again with
+tasks that ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
 
 CPU is user+sys of the tfctl process and everything it waited for (rsync, ssh), from
 RUSAGE_CHILDREN, divided by the host count: in this lab every host shares this machine's cores,
@@ -221,7 +222,8 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
     for env in envs.values():  # warm-up, not counted
         run_id = run_id_of(timed(tfctl_argv(inv, "up", "--no-sync"), env=env).check("up").stdout)
         down_watched(inv, args.grace, run_id, env)
-    contenders = ["pdsh"] + [f"{kind}{tag}" for tag in envs for kind in ("up", "up+sync")]
+    contenders = ["pdsh", "up-all"] + [f"{kind}{tag}" for tag in envs
+                                       for kind in ("up", "up+sync")]
     for rep in range(args.reps):
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
             if name == "pdsh":
@@ -232,10 +234,14 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
                 continue
             tag = name[name.index(" "):] if " " in name else ""
             env = envs[tag]
-            no_sync = ["--no-sync"] if name.split(" ")[0] == "up" else []
-            up = timed(tfctl_argv(inv, "up", *no_sync), env=env)
+            kind = name.split(" ")[0]
+            flags = {"up": ["--no-sync"], "up-all": ["--no-sync", "--all-at-once"]}.get(kind, [])
+            up = timed(tfctl_argv(inv, "up", *flags), env=env)
             s[name].add(up.check(name))
             run_id = run_id_of(up.stdout)
+            if kind == "up-all":  # measured for `up` alone; its status and down are alike
+                down_watched(inv, args.grace, run_id, env)
+                continue
             s["status" + tag].add(timed(tfctl_argv(inv, "status"), env=env).check("status"))
             started = time.time()
             down, gone_at = down_watched(inv, args.grace, run_id, env)
@@ -267,6 +273,7 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
     rows = [("pdsh -f 32 (launch only)", "pdsh"),
             ("pdsh, until all ports listen", "pdsh+listen")]
     for tag in ("", " (before)"):
+        rows += [("tfctl up --no-sync --all-at-once", "up-all")] if not tag else []
         rows += [(f"tfctl up --no-sync{tag}", f"up{tag}"),
                  (f"tfctl up, no-change sync{tag}", f"up+sync{tag}"),
                  (f"tfctl status{tag}", f"status{tag}"),
@@ -286,6 +293,9 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
         print(f"P1{tag} up --no-sync ÷ pdsh: {ratio(up[0], pdsh)}; up with no-change sync ÷ "
               f"pdsh: {ratio(synced[0], pdsh)} (goal ≤ 1.0); ÷ pdsh until its processes "
               f"listen (what up verifies): {ratio(up[0], listen)}, {ratio(synced[0], listen)}")
+        if not tag:
+            print(f"P1 up --no-sync --all-at-once ÷ pdsh: {ratio(m['up-all'][0], pdsh)}; ÷ pdsh "
+                  f"until its processes listen: {ratio(m['up-all'][0], listen)}")
         print(f"P1{tag} tfctl CPU per host: up {up[1] / hosts:.3f} s, up+sync "
               f"{synced[1] / hosts:.3f} s (goal ≤ 0.1 s)")
         print(f"P1{tag} the machine's CPU for the whole job (client, sshd, agents, tasks): up "
