@@ -23,10 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tfctl.inventory.model import Inventory
+from tfctl.inventory.model import MAX_INVENTORY_BYTES, Inventory
 
 MAX_ENTRIES = 64
-MAX_BYTES = 1024 * 1024  # as load.MAX_BYTES: a bigger file goes to the loader, which refuses it
 _FORMAT = b"tfctl-inventory-cache-1"
 
 
@@ -77,10 +76,10 @@ def _read_small(filename: str) -> bytes | None:
         with open(filename, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 return None
-            data = fh.read(MAX_BYTES + 1)
+            data = fh.read(MAX_INVENTORY_BYTES + 1)
     except OSError:
         return None
-    return data if len(data) <= MAX_BYTES else None
+    return data if len(data) <= MAX_INVENTORY_BYTES else None
 
 
 def _key(filename: str, data: bytes, hostfile: str | None) -> str:

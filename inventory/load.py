@@ -21,7 +21,7 @@ from tfctl.inventory.hostfile import read_hostfile
 from tfctl.inventory.yamlmarks import PathKey, format_path, load_with_lines
 
 DEFAULT_INVENTORY = "cluster.yaml"
-MAX_BYTES = 1024 * 1024
+MAX_BYTES = model.MAX_INVENTORY_BYTES
 BUILTIN_DEFAULTS = {
     "known_hosts": "~/.ssh/known_hosts",
     "workdir": "~/tfctl/{name}",

@@ -16,6 +16,8 @@ WorkerLayout = Literal["per_gpu", "per_host"]
 Transport = Literal["ssh", "local"]
 RestartMode = Literal["never", "on-failure", "always"]
 TASK_TYPES = ("ps", "worker", "chief", "evaluator", "tensorboard")
+MAX_INVENTORY_BYTES = 1024 * 1024
+"""An inventory is a small YAML file: a bigger one is refused (and never read whole)."""
 
 
 @dataclass(frozen=True)

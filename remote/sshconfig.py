@@ -92,10 +92,10 @@ def resolve(alias: str, user: str | None = None, port: int | None = None,
     keys = [os.path.expanduser(identity_file)] if identity_file else []
     keys += [os.path.expanduser(str(k)) for k in _as_list(found.get("identityfile"))]
     jumps: tuple[Target, ...] = ()
-    hop_spec = jump or _proxy_jump(found)
+    hop_spec = jump or _setting(found, "proxyjump")
     if hop_spec:
         jumps = tuple(_hop(h, identity_file, config, depth) for h in hop_spec.split(","))
-    command = None if hop_spec else _proxy_command(found)
+    command = None if hop_spec else _setting(found, "proxycommand")
     return Target(
         hostname=str(found.get("hostname") or alias),
         port=int(port or int(str(found.get("port") or 22))),
@@ -117,13 +117,9 @@ def _hop(spec: str, identity_file: str | None, config: paramiko.SSHConfig, depth
                    config=config, depth=depth + 1)
 
 
-def _proxy_jump(found: dict[str, object]) -> str | None:
-    value = found.get("proxyjump")
-    return None if value is None or str(value).lower() == "none" else str(value)
-
-
-def _proxy_command(found: dict[str, object]) -> str | None:
-    value = found.get("proxycommand")
+def _setting(found: dict[str, object], key: str) -> str | None:
+    """A ProxyJump/ProxyCommand value; `none` (OpenSSH's way to cancel one) is no value."""
+    value = found.get(key)
     return None if value is None or str(value).lower() == "none" else str(value)
 
 

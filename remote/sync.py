@@ -16,6 +16,7 @@ and then with `--files-from` for just those paths (the whole tree when many diff
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -65,6 +66,11 @@ class SourceListing:
     entries: tuple[tuple[str, str], ...] | None  # None: not comparable (no local rsync, odd
     # names): rsync everything, as rsync alone would
     blob: str  # the entries as the agent's sync_diff takes them (JSON, zlib, base64)
+
+    @functools.cached_property
+    def signatures(self) -> dict[str, str]:
+        """path → signature, built once for all the hosts of a sync."""
+        return dict(self.entries or ())
 
 
 def sync_all(fleet: Fleet, *, delete: bool = False, progress: Progress | None = None
@@ -148,9 +154,8 @@ def sync_host(t: Transport, source: str, inv: Inventory, options: SshOptions, de
             return SyncResult(host.name, "unchanged", 0, 0, (), dest,
                               "every file already the same there: nothing sent")
         only = diff["differ"]  # None when many: rsync the whole tree
-        signatures = dict(listed.entries)
-        if only and worth_putting(signatures, only):
-            put = put_changed(t, source, dest, only, signatures)
+        if only and worth_putting(listed.signatures, only):
+            put = put_changed(t, source, dest, only, listed.signatures)
             if not put.left:
                 if progress:
                     progress(host.name, f"{len(put.written)} files, {put.bytes_sent} bytes")

@@ -65,8 +65,8 @@ def put_changed(t: Transport, source: str, dest: str, differ: list[str],
             raise
         return Put((), 0, tuple(differ))  # e.g. a folder where the file goes: rsync handles it
     written = tuple(answer.get("written", ()))
-    return Put(written, int(answer.get("bytes", 0)),
-               tuple(p for p in differ if p not in set(written)))
+    done = set(written)
+    return Put(written, int(answer.get("bytes", 0)), tuple(p for p in differ if p not in done))
 
 
 def new_sync() -> None:

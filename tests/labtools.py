@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
+FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+"""The light job (tests/lightjob.py as job.py) serving until stopped, TF_CONFIG style."""
 
 
 def tfctl(inventory: Path, *args: str, timeout: float = 240,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.labtools import (
+    FOREVER,
     cmdline_of,
     job_dir,
     processes_of_run,
@@ -21,9 +22,6 @@ from tests.labtools import (
 )
 
 pytestmark = pytest.mark.lab
-
-FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
-
 
 
 def _up(inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -211,7 +209,6 @@ def test_unreachable_host_named_by_down_and_rest_stopped(lab, tmp_path: Path, do
     lab.heal("h3")
     assert tfctl(inv, "down", "--grace", "1").returncode == 0
     assert processes_of_run(run_id) == {}
-
 
 
 def test_missing_python_is_one_sentence_for_check_and_up(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ import pytest
 
 from tests.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
 from tests.lab.lab import Lab
-from tests.labtools import job_dir, processes_of_run, run_id_from, tfctl
+from tests.labtools import FOREVER, job_dir, processes_of_run, run_id_from, tfctl
 from tfctl.inventory.model import Host, Inventory, Job
 from tfctl.inventory.plan import make_plan
 from tfctl.remote.fleet import Fleet
@@ -135,8 +135,6 @@ def test_read_host_names_pid_user_memory_with_the_standin(standin: str, tmp_path
 
 
 # ---------------------------------------------------------------- on the lab
-
-FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 
 from tests.lab.lab import Lab
 from tests.labtools import (
+    FOREVER,
     cmdline_of,
     environ_of,
     job_dir,
@@ -28,7 +29,6 @@ from tests.labtools import (
 
 pytestmark = pytest.mark.lab
 
-FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
 PS_ON_H1 = {"h1": 1, "h2": 0, "h3": 0}
 
 

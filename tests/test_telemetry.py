@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from tfctl.remote.fleet import Fleet
 from tfctl.remote.gpu_history import TelemetryState
 from tfctl.remote.nvsmi import BASE_GPU_FIELDS, WANTED_GPU_FIELDS, GpuSample
 from tfctl.remote.telemetry import BlockAssembler, TelemetryHub, parse_probe
+from tfctl.tui.demo import free_port_block
 from tfctl.tui.sources import TelemetrySource
 
 pytestmark = pytest.mark.timeout(120)
@@ -314,25 +314,6 @@ def test_stop_leaves_no_stream_running(bench: Bench) -> None:
 
 # -- `tfctl gpus` end to end on a local run ------------------------------------------------------
 
-def free_ports(count: int) -> int:
-    """A base port with `count` consecutive free ports after it."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + count < 65000 and all(_free(base + i) for i in range(count)):
-            return base
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-        return True
-
-
 def tfctl(inv: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tfctl.tui", "-i", str(inv), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=inv.parent)
@@ -342,7 +323,9 @@ def test_tfctl_gpus_json_shows_each_worker_on_its_gpu_and_foreign(bench: Bench) 
     job = bench.tmp / "job"
     job.mkdir()
     shutil.copy(HERE / "lightjob.py", job / "job.py")
-    ps_port, worker_port = free_ports(1), free_ports(2)
+    # Above the demo's range (22220+), so the two never pick the same block.
+    ps_port = free_port_block(1, start=41000, stop=60000)
+    worker_port = free_port_block(2, start=ps_port + 1, stop=60000)
     inv = job / "cluster.yaml"
     inv.write_text(yaml.safe_dump({
         "name": "bench",
