@@ -38,8 +38,8 @@ from _common import (
 
 from tests.lab import Lab
 from tfctl.inventory.load import load_inventory
-from tfctl.remote.fleet import Fleet
-from tfctl.remote.sync import sync_all
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.sync.rsync import sync_all
 
 BIG = "data/big.bin"
 

@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin  # noqa: E402
 from tfctl.inventory.model import Host, Inventory, Job  # noqa: E402
-from tfctl.remote.fleet import Fleet  # noqa: E402
-from tfctl.remote.nvsmi import WANTED_GPU_FIELDS, GpuSample, LoopParser  # noqa: E402
-from tfctl.remote.telemetry import BlockAssembler  # noqa: E402
-from tfctl.remote.transport import Transport  # noqa: E402
+from tfctl.remote.connect.fleet import Fleet  # noqa: E402
+from tfctl.remote.connect.transport import Transport  # noqa: E402
+from tfctl.remote.gpus.nvsmi import WANTED_GPU_FIELDS, GpuSample, LoopParser  # noqa: E402
+from tfctl.remote.gpus.telemetry import BlockAssembler  # noqa: E402
 
 FIELDS = tuple(names[0] for names in WANTED_GPU_FIELDS)
 GPUS = 4

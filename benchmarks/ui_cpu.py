@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
-from tfctl.remote.controller import DownSummary
-from tfctl.remote.gpu_history import GpuHistory, HostTelemetry
-from tfctl.remote.logs import LogBatch
-from tfctl.remote.nvsmi import GpuProcess, GpuSample
-from tfctl.remote.runstate import CurrentRun
-from tfctl.remote.status import TaskStatus
+from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
+from tfctl.remote.runs.controller import DownSummary
+from tfctl.remote.runs.current import CurrentRun
+from tfctl.remote.runs.logs import LogBatch
+from tfctl.remote.runs.status import TaskStatus
 
 POLL_RTT_S = 0.02
 
@@ -215,7 +215,7 @@ def instrument(app: Any, probe: Probe, encode: bool) -> None:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, float]:
-    from tfctl.tui.app import TfctlApp
+    from tfctl.tui.app.app import TfctlApp
 
     inv = synthetic_inventory(args.hosts, args.gpus)
     controller = SyntheticController(inv)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.agent_program import (
+from tfctl.remote.connect.agent_program import (
     AGENT_FILES,
     CLIENT_ONLY_MODULES,
     agent_program,
@@ -162,13 +162,13 @@ def _cut_by_ast(text: str) -> set[int]:
 @pytest.mark.parametrize("name", AGENT_FILES)
 def test_import_cut_matches_the_parser(name: str) -> None:
     """The program builder's line scan cuts exactly the imports Python's parser finds."""
-    text = (Path(__file__).parent.parent / "remote" / name).read_text()
+    text = (Path(__file__).parent.parent / "remote" / "agent" / name).read_text()
     assert client_import_lines(text.splitlines(keepends=True)) == _cut_by_ast(text)
 
 
 def test_import_cut_handles_the_forms_it_meets() -> None:
     """Parenthesised imports, several modules, comments; indented imports stay."""
-    lines = ["from tfctl.remote.agent_run import (\n", "    a,\n", "    b,\n", ")\n",
+    lines = ["from tfctl.remote.agent.run import (\n", "    a,\n", "    b,\n", ")\n",
              "import os, typing\n", "import typing  # annotations\n",
              "from typing import Any\n", "    from tfctl import x\n", "import pathlib\n"]
     assert client_import_lines(lines) == {0, 1, 2, 3, 5, 6, 8}

@@ -26,19 +26,19 @@ from tests.fakes.ui_sources import (
     lab_findings,
     lab_inventory,
 )
-from tfctl.remote.gpu_history import HostTelemetry
-from tfctl.remote.nvsmi import GpuProcess
-from tfctl.remote.status import TaskStatus
-from tfctl.tui.app import TfctlApp
-from tfctl.tui.screens.dialogs import ConfirmScreen, HelpScreen
-from tfctl.tui.sources import Finding
-from tfctl.tui.widgets import cells
-from tfctl.tui.widgets.board import Board
-from tfctl.tui.widgets.cluster import ClusterView, gpu_text
-from tfctl.tui.widgets.header import builtin_findings, merge_findings
-from tfctl.tui.widgets.hostlines import GpuLine, build_host_lines, host_state
-from tfctl.tui.widgets.logbuffer import LogBuffer, LogView
-from tfctl.tui.widgets.tasks import TasksTable
+from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.nvsmi import GpuProcess
+from tfctl.remote.runs.status import TaskStatus
+from tfctl.tui.app.app import TfctlApp
+from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
+from tfctl.tui.app.model import cells
+from tfctl.tui.app.model.board import Board
+from tfctl.tui.app.model.hostlines import GpuLine, build_host_lines, host_state
+from tfctl.tui.app.model.logbuffer import LogBuffer, LogView
+from tfctl.tui.app.sources import Finding
+from tfctl.tui.app.widgets.cluster import ClusterView, gpu_text
+from tfctl.tui.app.widgets.header import builtin_findings, merge_findings
+from tfctl.tui.app.widgets.tasks import TasksTable
 
 FAST = {"gpu_refresh_s": 0.1, "task_refresh_s": 0.1, "log_refresh_s": 0.1}
 
@@ -472,8 +472,8 @@ def test_the_ui_is_not_imported_by_headless_commands() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from tfctl.tui.cli import main; import tfctl.tui.cmd_ui, "
-            "tfctl.tui.cmd_run; print('textual' in sys.modules)")
+    code = ("import sys; from tfctl.tui.cli.main import main; import tfctl.tui.cli.ui, "
+            "tfctl.tui.cli.run; print('textual' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

@@ -21,7 +21,7 @@ from tests.fakes.ui_sources import (
     lab_findings,
     lab_inventory,
 )
-from tfctl.tui.app import TfctlApp
+from tfctl.tui.app.app import TfctlApp
 
 SnapCompare = Callable[..., bool]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from tfctl.tui.cli import main
+from tfctl.tui.cli.main import main
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "two-hosts.yaml"
 
@@ -51,7 +51,7 @@ def test_atexit_handlers_still_run_and_their_output_is_flushed(tmp_path: Path) -
              f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('yes'))\n"
              f"atexit.register(lambda: print('written at exit, not flushed'))\n"
              f"sys.argv = ['tfctl', '--help']\n"
-             f"from tfctl.tui.cli import run\n"
+             f"from tfctl.tui.cli.main import run\n"
              f"run()\n")
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -39,7 +39,7 @@ from tfctl.inventory.schema import (
     RestartSpec,
     SyncSpec,
 )
-from tfctl.tui.cli import main
+from tfctl.tui.cli.main import main
 
 FUZZ = settings(max_examples=250, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

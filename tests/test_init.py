@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tfctl.inventory import load_inventory, make_plan
-from tfctl.tui.cli import main
+from tfctl.tui.cli.main import main
 
 
 def test_init_from_hosts_loads_and_plans(tmp_path: Path) -> None:

@@ -24,15 +24,15 @@ from tests.lab.lab import Lab
 from tests.labtools import FOREVER, job_dir, processes_of_run, run_id_from, tfctl
 from tfctl.inventory.model import Host, Inventory, Job
 from tfctl.inventory.plan import make_plan
-from tfctl.remote.fleet import Fleet
-from tfctl.remote.gpu_busy import (
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.gpus.busy import (
     NO_NVIDIA_SMI,
     find_busy_gpus,
     judge_host,
     parse_nvsmi_output,
     read_host,
 )
-from tfctl.remote.nvsmi import GpuProcess
+from tfctl.remote.gpus.nvsmi import GpuProcess
 
 GPUS = {"GPU-aaa": 0, "GPU-bbb": 1, "GPU-ccc": 2}
 

@@ -34,7 +34,7 @@ from tests.labtools import (
 )
 from tfctl.inventory import parse_inventory
 from tfctl.inventory.plan import make_plan
-from tfctl.remote.firewall import MULTIPORT_MAX, firewall_rules, render
+from tfctl.remote.runs.firewall import MULTIPORT_MAX, firewall_rules, render
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import pytest
 
 from tests.labtools import job_dir
 from tfctl.inventory.load import load_inventory
-from tfctl.remote.fleet import Fleet
-from tfctl.remote.sftp_sync import sftp_sync
-from tfctl.remote.sync import list_source_files, source_dir
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.sync.rsync import list_source_files, source_dir
+from tfctl.remote.sync.sftp import sftp_sync
 
 pytestmark = pytest.mark.lab
 

@@ -15,10 +15,10 @@ import pytest
 
 from tests.labtools import job_dir, processes_of_run
 from tfctl.inventory.load import load_inventory
-from tfctl.remote.controller import RunController
-from tfctl.tui.app import TfctlApp
-from tfctl.tui.widgets.cluster import ClusterView
-from tfctl.tui.widgets.tasks import TasksTable
+from tfctl.remote.runs.controller import RunController
+from tfctl.tui.app.app import TfctlApp
+from tfctl.tui.app.widgets.cluster import ClusterView
+from tfctl.tui.app.widgets.tasks import TasksTable
 
 pytestmark = pytest.mark.lab
 

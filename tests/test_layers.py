@@ -13,7 +13,7 @@ import pytest
 EXAMPLE = Path(__file__).parent.parent / "examples" / "two-hosts.yaml"
 PROBE = """
 import json, sys
-from tfctl.tui.cli import main
+from tfctl.tui.cli.main import main
 try:
     main({args!r}, prog_name="tfctl")
 except SystemExit:
@@ -36,7 +36,7 @@ def test_headless_paths_import_nothing_heavy(args: list[str]) -> None:
 def test_every_command_is_documented_in_the_readme_with_an_example() -> None:
     from click.testing import CliRunner
 
-    from tfctl.tui.cli import COMMANDS, main
+    from tfctl.tui.cli.main import COMMANDS, main
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for name in COMMANDS:

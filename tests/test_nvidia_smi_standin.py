@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.gpu_history import HostTelemetry, TelemetryState
-from tfctl.remote.nvsmi import (
+from tfctl.remote.gpus.history import HostTelemetry, TelemetryState
+from tfctl.remote.gpus.nvsmi import (
     DEFAULT_COMPUTE_APP_FIELDS,
     WANTED_COMPUTE_APP_FIELDS,
     WANTED_GPU_FIELDS,

@@ -1,4 +1,4 @@
-"""tfctl.remote.nvsmi and gpu_history against real nvidia-smi captures and synthesized edge cases.
+"""tfctl.remote.gpus.nvsmi and history against real nvidia-smi captures and synthesized edge cases.
 
 The captures (tests/data/nvidia-smi/, MIT, see its README) hold sections headed by the exact
 command. Their query sections were run with `--format=csv` (header and units) over a long field
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.remote.gpu_history import GpuHistory, HostTelemetry, TelemetryState
-from tfctl.remote.nvsmi import (
+from tfctl.remote.gpus.history import GpuHistory, HostTelemetry, TelemetryState
+from tfctl.remote.gpus.nvsmi import (
     BASE_GPU_FIELDS,
     DEFAULT_COMPUTE_APP_FIELDS,
     NUMERIC_SAMPLE_ATTRS,

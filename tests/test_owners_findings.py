@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.findings import (
+from tfctl.remote.gpus.findings import (
     ERROR,
     WARNING,
     FindingRules,
@@ -26,9 +26,9 @@ from tfctl.remote.findings import (
     throttle_findings,
     track_logs,
 )
-from tfctl.remote.gpu_history import GpuHistory, HostTelemetry
-from tfctl.remote.nvsmi import GpuProcess, GpuSample
-from tfctl.remote.owners import (
+from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
+from tfctl.remote.gpus.owners import (
     TaskProcesses,
     gpus_in_mask,
     map_owners,
@@ -232,6 +232,6 @@ def test_all_findings_errors_first_and_shaped_for_the_dashboard() -> None:
     tasks = [task("worker:1", "1", (5,), state="killed")]
     found = all_findings(snaps, GpuHistory(), tasks, {}, now=100.0)
     assert [f.level for f in found] == [ERROR, ERROR, WARNING]
-    for f in found:  # tfctl.tui.sources.FindingLike
+    for f in found:  # tfctl.tui.app.sources.FindingLike
         assert isinstance(f.level, str) and isinstance(f.text, str) and f.host is not None
         assert f.gpu is None or isinstance(f.gpu, int)

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tfctl.inventory.model import Host, Inventory, Job
-from tfctl.remote.fleet import Fleet
-from tfctl.remote.setup import (
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.runs.setup import (
     MARK,
     SetupFailed,
     SetupOutcome,

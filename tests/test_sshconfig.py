@@ -13,8 +13,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from tfctl.remote.connect.sshconfig import resolve, user_ssh_config
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.sshconfig import resolve, user_ssh_config
 
 CONFIG = """
 Host titan
@@ -107,8 +107,8 @@ def test_invoke_is_loaded_only_for_a_match_exec_block(tmp_path: Path) -> None:
     config.write_text('Match exec "test -n x"\n  HostName 10.4.4.4\nHost *\n  User u\n')
     probe = f"""
 import sys
-from tfctl.remote import ssh
-from tfctl.remote.sshconfig import resolve, user_ssh_config
+from tfctl.remote.connect import ssh
+from tfctl.remote.connect.sshconfig import resolve, user_ssh_config
 before = "invoke" in sys.modules
 target = resolve("box", config=user_ssh_config(({str(config)!r},)))
 print(before, target.hostname, "invoke" in sys.modules)

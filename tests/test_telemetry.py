@@ -28,12 +28,12 @@ from tests.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
 from tests.lab import Lab
 from tfctl.inventory.load import load_inventory
 from tfctl.inventory.model import Host, Inventory, Job
-from tfctl.remote.fleet import Fleet
-from tfctl.remote.gpu_history import TelemetryState
-from tfctl.remote.nvsmi import BASE_GPU_FIELDS, WANTED_GPU_FIELDS, GpuSample
-from tfctl.remote.telemetry import BlockAssembler, TelemetryHub, parse_probe
-from tfctl.tui.demo import free_port_block
-from tfctl.tui.sources import TelemetrySource
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.gpus.history import TelemetryState
+from tfctl.remote.gpus.nvsmi import BASE_GPU_FIELDS, WANTED_GPU_FIELDS, GpuSample
+from tfctl.remote.gpus.telemetry import BlockAssembler, TelemetryHub, parse_probe
+from tfctl.tui.app.sources import TelemetrySource
+from tfctl.tui.cli.demo_lab import free_port_block
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -364,7 +364,7 @@ def test_tfctl_gpus_is_headless(bench: Bench) -> None:
         "name": "bench", "job": {"script": "job.py"},
         "hosts": [{"name": "bench", "address": "127.0.0.1", "transport": "local", "gpus": 2,
                    "workdir": str(bench.tmp / "work"), "python": sys.executable}]}))
-    code = ("import sys\nfrom tfctl.tui.cli import main\n"
+    code = ("import sys\nfrom tfctl.tui.cli.main import main\n"
             f"main(['-i', {str(inv)!r}, 'gpus', '--json'], standalone_mode=False)\n"
             "print(sorted(m for m in ('textual', 'tensorflow') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -28,10 +28,10 @@ import pytest
 from tests.lab.lab import Lab
 from tfctl.inventory.load import load_inventory
 from tfctl.inventory.model import Host
-from tfctl.remote.fleet import Fleet
-from tfctl.remote.local import LocalTransport
-from tfctl.remote.transport import Transport
-from tfctl.remote.tunnel import Tunnel, bind_loopback
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.local import LocalTransport
+from tfctl.remote.connect.transport import Transport
+from tfctl.remote.connect.tunnel import Tunnel, bind_loopback
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,5 +1,5 @@
 """`python -m tfctl.tui` is `tfctl`."""
 
-from tfctl.tui.cli import run
+from tfctl.tui.cli.main import run
 
 run()

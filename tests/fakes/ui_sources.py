@@ -3,7 +3,7 @@
 titan has 4 TITAN X (GPU 2 idle: worker:2 exited 1 out of memory, restart limit reached),
 gtx970 one GTX 970 with no power sensor (power None, shown "n/a") and the slow worker:4,
 old-box is unreachable. The fakes record every call so tests can check what the UI did; they
-are plain objects satisfying `tfctl.tui.sources`' Protocols, not mocks.
+are plain objects satisfying `tfctl.tui.app.sources`' Protocols, not mocks.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import replace
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
-from tfctl.remote.controller import DownSummary
 from tfctl.remote.errors import CommandFailed, HostUnreachable
-from tfctl.remote.gpu_history import GpuHistory, HostTelemetry
-from tfctl.remote.logs import LogBatch
-from tfctl.remote.nvsmi import GpuProcess, GpuSample
-from tfctl.remote.runstate import CurrentRun
-from tfctl.remote.status import RunStatus, TaskStatus
-from tfctl.tui.sources import Finding
+from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
+from tfctl.remote.runs.controller import DownSummary
+from tfctl.remote.runs.current import CurrentRun
+from tfctl.remote.runs.logs import LogBatch
+from tfctl.remote.runs.status import RunStatus, TaskStatus
+from tfctl.tui.app.sources import Finding
 
 RUN_ID = "2026-11-22-0931"
 # 2026-11-22 09:42:10 UTC: snapshot tests run with TZ=UTC, so "since 09:42:10" is stable.

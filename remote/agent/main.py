@@ -1,0 +1,329 @@
+"""The host-side agent: every operation tfctl performs on a host, as one stdlib-only program.
+
+The program is the agent files (`agent_program.AGENT_FILES`, joined by `agent_source`). tfctl
+keeps it on the host as `<workdir>/.tfctl/agent/agent_<hash>.py` (installed by
+`agentclient.BOOT` when missing) and runs it as a session (`serve`): one JSON request per line
+in, one answer per line out, for as long as the command runs, so an operation costs a line each
+way rather than an interpreter start. An answer is `{"ok": true, "result": ...}` or `{"ok":
+false, "error": "<one sentence>", "kind": "<machine-readable>", ...}`.
+`agent_program.agent_program` still gives the one-shot form (`python -` with the request
+appended as a last line `main(...)`), which the tests use. The host's run directory
+(`<workdir>/.tfctl/runs/<run_id>/`) stays the source of truth about what runs there.
+
+Rules for everything below `main`: stdlib only, Python >= 3.8, Linux (/proc), no tfctl imports
+(the `from tfctl...` lines are only for running the same code in-process and are removed from the
+program sent to hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
+from tfctl.remote.agent.run import (
+    AgentError,
+    fork_detached,
+    launch_tasks,
+    load_manifest,
+    log_tail,
+    manifest_tasks,
+    now,
+    read_json,
+    read_log_from,
+    run_dir_of,
+    runs_root,
+    task_file,
+    write_json,
+)
+from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses
+from tfctl.remote.agent.sync import put_files, sync_diff
+from tfctl.remote.agent.wait import wait_until_up
+from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK
+
+
+def hostname() -> str:
+    """The host's name, as `socket.gethostname()` gives it, without importing socket."""
+    return os.uname().nodename
+
+
+def _traceback_text() -> str:
+    import traceback  # imported when it is needed: every agent start pays for its imports
+
+    return traceback.format_exc(limit=6)
+
+
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-gpu")
+
+
+# ---------------------------------------------------------------- the operations (host)
+
+def op_probe(req: dict[str, Any]) -> dict[str, Any]:
+    import shutil
+    from importlib import metadata
+
+    if sys.flags.no_site:  # started with -S (see agentclient): find installed packages now
+        import site
+
+        site.main()
+
+    tf_version = None
+    for dist in TF_DISTRIBUTIONS:
+        try:
+            tf_version = metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    workdir = req.get("workdir")
+    return {
+        "python": sys.version.split()[0], "executable": sys.executable, "tf_version": tf_version,
+        "nvidia_smi": shutil.which("nvidia-smi"), "home": os.path.expanduser("~"),
+        "workdir": None if workdir is None else expand(workdir),
+        "hostname": hostname(), "rsync": shutil.which("rsync"),
+        "user": user_name(os.getuid()), "uid": os.getuid(),
+        "configured_python_missing": os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1",
+    }
+
+
+def op_ports(req: dict[str, Any]) -> dict[str, Any]:
+    return {"ports": port_report(int(p) for p in req.get("ports", []))}
+
+
+def op_prepare(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    for other, live in live_runs(workdir).items():
+        if live:
+            raise AgentError("run_live", f"run {other} is still running on this host; stop it "
+                             "with `tfctl down` first", run_id=other)
+    run_dir = run_dir_of(workdir, run_id)
+    if os.path.exists(os.path.join(run_dir, "manifest.json")):
+        raise AgentError("run_exists", f"run {run_id} already exists in {run_dir}")
+    os.makedirs(run_dir, exist_ok=True)
+    manifest = dict(need(req, "manifest"), run_id=run_id)
+    manifest.setdefault("created_at", now())
+    write_json(os.path.join(run_dir, "manifest.json"), manifest)
+    return {"run_id": run_id, "run_dir": run_dir}
+
+
+def op_launch(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    run_dir = run_dir_of(workdir, run_id)
+    return launch_tasks(run_dir, workdir, run_id, load_manifest(run_dir), req.get("tasks"))
+
+
+def op_wait_ports(req: dict[str, Any]) -> dict[str, Any]:
+    run_id = need(req, "run_id")
+    run_dir = run_dir_of(expand(need(req, "workdir")), run_id)
+    manifest = load_manifest(run_dir)
+    return wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, req.get("tasks")),
+                         float(req.get("timeout_s", 30.0)))
+
+
+def op_status(req: dict[str, Any]) -> dict[str, Any]:
+    workdir = expand(need(req, "workdir"))
+    run_id = req.get("run_id") or newest_run(workdir)
+    run_dir = run_dir_of(workdir, run_id)
+    manifest = load_manifest(run_dir)
+    tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
+    if any(t["state"] == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
+        tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
+    return {"run_id": run_id, "run_dir": run_dir, "created_at": manifest.get("created_at"),
+            "inventory": manifest.get("inventory"), "hostname": hostname(),
+            "finished": read_json(os.path.join(run_dir, "finished.json")),
+            "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks}
+
+
+def op_stop(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    return stop_tasks(run_dir_of(workdir, run_id), run_id, req.get("tasks"),
+                      float(req.get("grace_s", 10.0)))
+
+
+def op_finish(req: dict[str, Any]) -> dict[str, Any]:
+    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+    load_manifest(run_dir)
+    record = {"status": req.get("status"), "finished_at": now()}
+    write_json(os.path.join(run_dir, "finished.json"), record)
+    return record
+
+
+def op_runs(req: dict[str, Any]) -> dict[str, Any]:
+    workdir = expand(need(req, "workdir"))
+    live = live_runs(workdir)
+    runs = []
+    for run_id in live:
+        run_dir = run_dir_of(workdir, run_id)
+        manifest = read_json(os.path.join(run_dir, "manifest.json")) or {}
+        runs.append({"run_id": run_id, "run_dir": run_dir,
+                     "created_at": manifest.get("created_at"),
+                     "inventory": manifest.get("inventory"), "live": live[run_id],
+                     "tasks": [t.get("name") for t in manifest.get("tasks", [])],
+                     "finished": read_json(os.path.join(run_dir, "finished.json"))})
+    runs.sort(key=lambda r: (r["created_at"] or 0, r["run_id"]), reverse=True)
+    return {"runs": runs}
+
+
+def op_logs(req: dict[str, Any]) -> dict[str, Any]:
+    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+    manifest = load_manifest(run_dir)
+    offsets = req.get("offsets") or {}
+    names = req.get("tasks") or list(offsets) or [t["name"] for t in manifest["tasks"]]
+    max_bytes, tail = int(req.get("max_bytes", 65536)), req.get("tail_lines")
+    logs = {}
+    for name in names:
+        path = task_file(run_dir, name, ".log")
+        offset = offsets.get(name)
+        if (offset is None or offset < 0) and tail is not None:
+            size = os.path.getsize(path) if os.path.exists(path) else 0
+            logs[name] = {"data": "".join(line + "\n" for line in log_tail(path, int(tail))),
+                          "offset": size, "size": size, "reset": False}
+        else:
+            logs[name] = read_log_from(path, max(int(offset or 0), 0), max_bytes)
+    return {"logs": logs}
+
+
+def op_listen(req: dict[str, Any]) -> dict[str, Any]:
+    """Hold listening sockets for a while in a detached process, so peers can test reaching us."""
+    import socket
+
+    seconds = float(req.get("seconds", 10.0))
+    bound: list[socket.socket] = []
+    busy: dict[str, str] = {}
+    for port in (int(p) for p in req.get("ports", [])):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("", port))
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            busy[str(port)] = exc.strerror or str(exc)
+            continue
+        bound.append(sock)
+    holder = None
+    if bound:
+        holder = fork_detached(lambda: _serve_until(bound, time.time() + seconds),
+                               keep=tuple(sock.fileno() for sock in bound))
+    ports = [sock.getsockname()[1] for sock in bound]
+    for sock in bound:
+        sock.close()
+    return {"bound": ports, "busy": busy, "pid": holder}
+
+
+def _serve_until(socks: list[Any], deadline: float) -> int:
+    # Connections are never accepted: the kernel completes the handshake from the backlog, the
+    # peer closes first, and the TIME-WAIT stays on its side, so our task ports are free at once.
+    while time.time() < deadline:
+        time.sleep(max(0.0, min(0.5, deadline - time.time())))
+    return 0
+
+
+def op_connect(req: dict[str, Any]) -> dict[str, Any]:
+    import socket
+
+    timeout_s = float(req.get("timeout_s", 3.0))
+    results = []
+    for target in req.get("targets", []):
+        addr, _, port = str(target).rpartition(":")
+        started = time.time()
+        error = None
+        try:
+            socket.create_connection((addr.strip("[]"), int(port)), timeout=timeout_s).close()
+        except (OSError, ValueError) as exc:
+            error = str(exc) or type(exc).__name__
+        results.append({"target": target, "ok": error is None, "error": error,
+                        "elapsed_ms": round((time.time() - started) * 1000, 1)})
+    return {"targets": results}
+
+
+def op_sync_diff(req: dict[str, Any]) -> dict[str, Any]:
+    return sync_diff(expand(need(req, "workdir")), need(req, "entries"))
+
+
+def op_put_files(req: dict[str, Any]) -> dict[str, Any]:
+    return put_files(expand(need(req, "workdir")), need(req, "files"))
+
+
+OPS = {
+    "probe": op_probe, "ports": op_ports, "prepare": op_prepare, "launch": op_launch,
+    "wait_ports": op_wait_ports, "status": op_status, "stop": op_stop, "finish": op_finish,
+    "runs": op_runs, "logs": op_logs, "listen": op_listen, "connect": op_connect,
+    "sync_diff": op_sync_diff,
+    "put_files": op_put_files,
+}
+
+
+# ---------------------------------------------------------------- helpers and entry point (host)
+
+def expand(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def need(req: dict[str, Any], key: str) -> Any:
+    if req.get(key) is None:
+        raise AgentError("bad_request", f"the {req.get('op')} request needs '{key}'")
+    return req[key]
+
+
+def newest_run(workdir: str) -> str:
+    runs = op_runs({"workdir": workdir})["runs"]
+    if not runs:
+        raise AgentError("no_run", f"no tfctl run on this host under {runs_root(workdir)}")
+    return str(runs[0]["run_id"])
+
+
+def main(req: dict[str, Any], mark: str = "") -> None:
+    """Run one request and print its answer as the last line of stdout, after `mark`."""
+    try:
+        op = OPS.get(str(req.get("op")))
+        if op is None:
+            raise AgentError("unknown_op", f"unknown agent operation {req.get('op')!r}")
+        answer: dict[str, Any] = {"ok": True, "result": op(req)}
+    except AgentError as exc:
+        answer = dict(exc.extra, ok=False, error=exc.message, kind=exc.kind)
+    except Exception as exc:  # report any failure as one JSON answer, with its traceback
+        answer = {"ok": False, "kind": "internal", "error": f"agent {req.get('op')} failed on "
+                  f"{hostname()}: {type(exc).__name__}: {exc}",
+                  "detail": _traceback_text()}
+    sys.stdout.write(mark + json.dumps(answer, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def serve(stream: Any) -> None:
+    """Answer one JSON request per line of `stream` (binary) until it ends: a session.
+
+    tfctl keeps one such session per host for a whole command (agentclient), so an operation
+    costs a line each way instead of a new interpreter. Answers carry `ANSWER_MARK`, so that
+    anything else a child process might print on our stdout is never taken for an answer. Each
+    request is acknowledged at once (`ACK_LINE`): on a session that has been idle, a missing
+    acknowledgement tells the client within its connect timeout that the link is dead, however
+    long the operation itself may take.
+    """
+    while True:
+        line = stream.readline()
+        if not line:
+            return
+        if not line.strip():
+            continue
+        sys.stdout.write(ACK_LINE)
+        sys.stdout.flush()
+        try:
+            req = json.loads(line)
+        except ValueError as exc:
+            req = {"op": f"<unreadable request: {exc}>"}
+        main(req if isinstance(req, dict) else {"op": repr(req)}, ANSWER_MARK)
+
+
+def op_procs(req: dict[str, Any]) -> dict[str, Any]:
+    """Who each pid is (user, command, tfctl run and task): nvidia-smi names only the pid.
+
+    A pid gone since it was listed answers None (pids are reused: never guess).
+    """
+    pids = [int(p) for p in req.get("pids", [])]
+    return {"procs": {str(p): describe_process(p) if is_alive(p) else None for p in pids}}
+
+
+OPS["procs"] = op_procs

@@ -1,0 +1,269 @@
+"""What a run's tasks are doing now, waiting for their ports, and stopping exactly them.
+
+Part of the agent program (see `agent.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+
+A task's processes are those tagged with its `TFCTL_RUN_ID`/`TFCTL_TASK` (children that left the
+group with `setsid` included) plus the members of its recorded process group, the group counting
+only while its supervisor is provably the recorded one (same start time) or a tagged process is in
+it: a pgid, like a pid, can be reused by a stranger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from tfctl.remote.agent.proc import (
+    group_members,
+    listening_sockets,
+    port_report,
+    same_process,
+    send_signal,
+    signal_group,
+    socket_owners,
+    tagged_processes,
+)
+from tfctl.remote.agent.run import (
+    log_tail,
+    manifest_tasks,
+    now,
+    read_json,
+    runs_root,
+    task_file,
+    write_json,
+)
+
+ENDED = ("exited", "killed", "stopped", "lost")
+
+
+def _records(run_dir: str, name: str) -> dict[str, Any]:
+    return {"pid": read_json(task_file(run_dir, name, ".pid.json")),
+            "exit": read_json(task_file(run_dir, name, ".exit.json")),
+            "stopped": os.path.exists(task_file(run_dir, name, ".stopped"))}
+
+
+def _supervisor_alive(pid_rec: dict[str, Any] | None) -> bool:
+    if not pid_rec:
+        return False
+    return same_process(pid_rec.get("supervisor_pid"), pid_rec.get("supervisor_start_ticks"))
+
+
+def _task_processes(run_id: str, recs: dict[str, dict[str, Any]]) -> dict[int, str]:
+    """pid → task name of every live process of these tasks (supervisors excluded)."""
+    found = {pid: str(task) for pid, (_, task) in tagged_processes(run_id).items()
+             if task in recs}
+    groups = {r["pid"]["pgid"]: name for name, r in recs.items() if r["pid"]}
+    supervisors = {r["pid"]["supervisor_pid"] for r in recs.values() if r["pid"]}
+    members = group_members(groups)
+    for pid, pgid in members.items():
+        name = groups[pgid]
+        trusted = _supervisor_alive(recs[name]["pid"]) or any(
+            members.get(tagged) == pgid for tagged in found)
+        if trusted and pid not in supervisors:
+            found.setdefault(pid, name)
+    return found
+
+
+def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task: its records, live pids, the pid listening on its port, and its state."""
+    recs = {t["name"]: _records(run_dir, t["name"]) for t in tasks}
+    procs = _task_processes(run_id, recs)
+    ports = {t["name"]: t.get("port") for t in tasks}
+    sockets = listening_sockets({p for p in ports.values() if p}) if any(ports.values()) else {}
+    seen: dict[str, dict[str, Any]] = {}
+    for name, rec in recs.items():
+        pid_rec = rec["pid"] or {}
+        own = sorted(pid for pid, task in procs.items() if task == name)
+        inodes = [i for i, (port, _) in sockets.items() if port == ports[name]]
+        owners = socket_owners(inodes, own) if inodes and own else {}
+        listening_pid = next(iter(owners.values()), None)
+        task_alive = pid_rec.get("pid") in own and same_process(
+            pid_rec.get("pid"), pid_rec.get("start_ticks"))
+        if rec["exit"]:
+            state = "stopped" if rec["stopped"] else (
+                "killed" if rec["exit"].get("signal") else "exited")
+        elif not rec["pid"]:
+            state = "not_started"
+        elif task_alive:
+            state = "running" if not ports[name] or listening_pid else "starting"
+        elif _supervisor_alive(rec["pid"]):
+            state = "starting"  # between a restart's backoff, or about to record the end
+        else:
+            # The supervisor may have written the exit record and gone since we read it.
+            late_exit = read_json(task_file(run_dir, name, ".exit.json"))
+            if late_exit:
+                rec = dict(rec, exit=late_exit)
+                state = "stopped" if rec["stopped"] else (
+                    "killed" if late_exit.get("signal") else "exited")
+            else:
+                state = "stopped" if rec["stopped"] else "lost"
+        seen[name] = dict(rec, pids=own, listening_pid=listening_pid, state=state)
+    return seen
+
+
+def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any],
+                  tail: int) -> list[dict[str, Any]]:
+    tasks = manifest_tasks(manifest, None)
+    seen = observe(run_dir, run_id, tasks)
+    out = []
+    for task in tasks:
+        obs = seen[task["name"]]
+        pid_rec, exit_rec = obs["pid"] or {}, obs["exit"] or {}
+        started, ended = pid_rec.get("started_at"), exit_rec.get("ended_at")
+        if started and obs["state"] in ("running", "starting"):
+            uptime = round(time.time() - started, 3)
+        else:
+            uptime = round(ended - started, 3) if started and ended else None
+        log = task_file(run_dir, task["name"], ".log")
+        out.append({
+            "name": task["name"], "type": task.get("type"), "index": task.get("index"),
+            "port": task.get("port"), "cuda_visible_devices": task.get("cuda_visible_devices"),
+            "state": obs["state"], "pid": pid_rec.get("pid"),
+            "pgid": pid_rec.get("pgid"), "supervisor_pid": pid_rec.get("supervisor_pid"),
+            "pids": obs["pids"], "listening_pid": obs["listening_pid"],
+            "exit_code": exit_rec.get("exit_code"), "signal": exit_rec.get("signal"),
+            "error": exit_rec.get("error"), "started_at": started, "ended_at": ended,
+            "uptime_s": uptime, "restarts": exit_rec.get("restarts", pid_rec.get("restarts", 0)),
+            "last_exit": pid_rec.get("last_exit"), "last_lines": log_tail(log, tail),
+            "log_size_bytes": os.path.getsize(log) if os.path.exists(log) else 0})
+    return out
+
+
+def wait_for_ports(run_dir: str, run_id: str, manifest: dict[str, Any],
+                   names: list[str] | None, timeout_s: float) -> dict[str, Any]:
+    """Wait until each task listens on its port (or runs, if it has none), ends, or time is up."""
+    tasks = manifest_tasks(manifest, names)
+    deadline = time.time() + timeout_s
+    results: dict[str, dict[str, Any]] = {}
+    while True:
+        pending = [t for t in tasks if t["name"] not in results]
+        for name, obs in observe(run_dir, run_id, pending).items():
+            port = next(t.get("port") for t in pending if t["name"] == name)
+            exit_rec = obs["exit"] or {}
+            if obs["state"] == "running":
+                results[name] = {"state": "listening" if port else "running", "port": port,
+                                 "pid": obs["listening_pid"] or (obs["pid"] or {}).get("pid")}
+            elif obs["state"] in ENDED:
+                results[name] = {"state": obs["state"], "port": port,
+                                 "exit_code": exit_rec.get("exit_code"),
+                                 "signal": exit_rec.get("signal"), "error": exit_rec.get("error"),
+                                 "last_lines": log_tail(task_file(run_dir, name, ".log"), 20)}
+        if len(results) == len(tasks) or time.time() >= deadline:
+            break
+        time.sleep(0.1)
+    for task in tasks:
+        if task["name"] not in results:
+            port = task.get("port")
+            results[task["name"]] = {
+                "state": "timeout", "port": port,
+                "port_holder": port_report([port])[0] if port else None,
+                "last_lines": log_tail(task_file(run_dir, task["name"], ".log"), 20)}
+    ready = all(r["state"] in ("listening", "running") for r in results.values())
+    return {"tasks": results, "ready": ready}
+
+
+def live_runs(workdir: str) -> dict[str, bool]:
+    """run id → live, for every run directory: a tagged process or a supervisor still runs."""
+    root = runs_root(workdir)
+    try:
+        run_ids = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    except OSError:
+        return {}
+    tagged_runs = {run for run, _ in tagged_processes().values()}
+    live = {}
+    for run_id in run_ids:
+        run_dir = os.path.join(root, run_id)
+        live[run_id] = run_id in tagged_runs or any(
+            _supervisor_alive(read_json(os.path.join(run_dir, f)))
+            for f in os.listdir(run_dir) if f.endswith(".pid.json"))
+    return live
+
+
+def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
+               grace_s: float) -> dict[str, Any]:
+    """TERM the tasks' groups and tagged processes, KILL what outlives `grace_s`, then verify."""
+    stop_all = names is None  # then also whatever carries the run's tag, run dir or not
+    manifest = read_json(os.path.join(run_dir, "manifest.json"))
+    if manifest is not None:
+        names = [t["name"] for t in manifest_tasks(manifest, names)]
+    recs = {name: _records(run_dir, name) for name in names or []}
+    for name, rec in recs.items():
+        if not rec["exit"] and os.path.isdir(run_dir):  # the supervisor must not restart it
+            with open(task_file(run_dir, name, ".stopped"), "w") as marker:
+                marker.write(f"{now()}\n")
+
+    def current() -> dict[int, str]:
+        found = _task_processes(run_id, recs)
+        if stop_all:
+            found.update({p: str(t) for p, (_, t) in tagged_processes(run_id).items()})
+        return found
+
+    first = current()
+    stopped = sorted(set(first.values()) | {n for n, r in recs.items()
+                                             if _supervisor_alive(r["pid"])})
+    for rec in recs.values():
+        if rec["pid"] and _supervisor_alive(rec["pid"]):
+            signal_group(rec["pid"]["pgid"], signal.SIGTERM)
+    signalled: set[int] = set()
+    seen = set(first)
+    remaining, deadline = first, time.time() + grace_s
+    while remaining:
+        for pid in set(remaining) - signalled:
+            send_signal(pid, signal.SIGTERM)
+            signalled.add(pid)
+        if time.time() >= deadline:
+            break
+        time.sleep(0.05)
+        remaining = current()
+        seen |= set(remaining)
+    killed = sorted(set(remaining.values()))
+    deadline = time.time() + 3.0
+    while remaining and time.time() < deadline:
+        for pid in remaining:
+            send_signal(pid, signal.SIGKILL)
+        time.sleep(0.05)
+        remaining = current()
+        seen |= set(remaining)
+    _reap_supervisors(run_dir, recs)
+    left = tagged_processes(run_id)
+    remaining_pids = sorted(p for p, (_, t) in left.items() if stop_all or t in recs)
+    gpu_pids, gpu_error = gpu_pids_among(seen | set(remaining_pids))
+    return {"stopped": stopped, "killed_after_grace": killed, "remaining_pids": remaining_pids,
+            "gpu_pids": gpu_pids, "gpu_error": gpu_error}
+
+
+def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
+    """Give supervisors a moment to record the ends; kill (and record for) any that linger."""
+    deadline = time.time() + 2.0
+    alive = [n for n, r in recs.items() if _supervisor_alive(r["pid"])]
+    while alive and time.time() < deadline:
+        time.sleep(0.05)
+        alive = [n for n in alive if _supervisor_alive(recs[n]["pid"])]
+    for name in alive:
+        send_signal(recs[name]["pid"]["supervisor_pid"], signal.SIGKILL)
+        path = task_file(run_dir, name, ".exit.json")
+        if not os.path.exists(path):
+            write_json(path, {"exit_code": None, "signal": None, "ended_at": now(),
+                              "error": "supervisor killed by tfctl stop"})
+
+
+def gpu_pids_among(pids: set[int]) -> tuple[list[int], str | None]:
+    """Those of `pids` that nvidia-smi still lists as holding GPU memory (and any error)."""
+    import shutil
+    import subprocess
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return [], None
+    try:
+        res = subprocess.run([exe, "--query-compute-apps=pid", "--format=csv,noheader"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=15)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"nvidia-smi failed: {exc}"
+    if res.returncode != 0:
+        return [], (res.stdout.strip().splitlines() or [f"exit {res.returncode}"])[0]
+    listed = {int(line) for line in (raw.strip() for raw in res.stdout.splitlines())
+              if line.isdigit()}
+    return sorted(listed & pids), None

@@ -1,0 +1,211 @@
+"""Before launch: who else computes on the GPUs the plan assigns (lab etiquette).
+
+A lab is shared: launching onto a GPU a colleague's job uses ruins both runs. Per host that the
+plan gives GPU tasks, one SSH round trip runs nvidia-smi twice (the index↔UUID map and the
+compute apps, which name GPUs by UUID only); only when a process sits on an assigned GPU, one
+agent call reads its owner, command and tfctl tags from /proc. GPUs are compared by nvidia-smi
+index, which is what the plan's masks mean (every task runs with CUDA_DEVICE_ORDER=PCI_BUS_ID).
+
+Pure parts (`parse_nvsmi_output`, `judge_host`) are separate from the I/O (`read_host`,
+`find_busy_gpus`) so they can be table-tested.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfctl.inventory.plan import Plan
+from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.transport import Transport
+from tfctl.remote.errors import RemoteError
+from tfctl.remote.gpus.nvsmi import (
+    DEFAULT_COMPUTE_APP_FIELDS,
+    GpuProcess,
+    HostError,
+    parse_compute_apps,
+    parse_gpu_rows,
+    query_compute_apps_argv,
+    query_gpu_argv,
+)
+
+_MARK = "@@tfctl-gpus:"
+GPU_FIELDS = ("index", "uuid")
+NVSMI_SCRIPT = (
+    f"if ! command -v nvidia-smi >/dev/null 2>&1; then echo '{_MARK}none'; exit 0; fi\n"
+    f"{shlex.join(query_gpu_argv(GPU_FIELDS))} 2>&1\n"
+    f"echo '{_MARK}apps'\n"
+    f"{shlex.join(query_compute_apps_argv(DEFAULT_COMPUTE_APP_FIELDS))} 2>&1\n"
+)
+NO_NVIDIA_SMI = "no nvidia-smi on the PATH there"
+
+
+@dataclass(frozen=True)
+class GpuUser:
+    """A compute process on a GPU the plan assigns: what a person needs to go and ask."""
+
+    host: str
+    gpu_index: int | None
+    gpu_uuid: str
+    pid: int
+    user: str | None
+    """None when the host does not show the process (another pid namespace) or it just ended."""
+    used_memory_mib: float | None
+    command: str | None
+    tfctl_run_id: str | None = None
+    tfctl_task: str | None = None
+
+    def describe(self) -> str:
+        """`GPU 0: pid 4242 (user alice, 1500 MiB, python train.py)`."""
+        gpu = f"GPU {self.gpu_index}" if self.gpu_index is not None else self.gpu_uuid
+        parts = [f"user {self.user or '?'}"]
+        if self.used_memory_mib is not None:
+            parts.append(f"{self.used_memory_mib:.0f} MiB")
+        if self.command:
+            parts.append(self.command if len(self.command) <= 60 else self.command[:59] + "…")
+        run = ""
+        if self.tfctl_run_id:
+            run = f"; tfctl run {self.tfctl_run_id} {self.tfctl_task or ''}".rstrip()
+        return f"{gpu}: pid {self.pid} ({', '.join(parts)}){run}"
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    """One host's GPUs as far as the busy check is concerned."""
+
+    host: str
+    assigned: tuple[int, ...] = ()
+    """nvidia-smi indices the plan's masks on this host name."""
+    listed: tuple[int, ...] = ()
+    """Indices nvidia-smi lists there."""
+    busy: tuple[GpuUser, ...] = ()
+    """Processes (of other users or other runs) on assigned GPUs."""
+    free: tuple[int, ...] = ()
+    """Listed GPUs with no compute process at all."""
+    error: str | None = None
+    """Why the GPUs could not be read (no nvidia-smi, NVML failure), or None."""
+
+
+@dataclass(frozen=True)
+class BusyReport:
+    hosts: Mapping[str, HostGpus] = field(default_factory=dict)
+    unreachable: Mapping[str, RemoteError] = field(default_factory=dict)
+
+    @property
+    def busy(self) -> tuple[GpuUser, ...]:
+        return tuple(u for h in self.hosts.values() for u in h.busy)
+
+    def busy_lines(self) -> list[str]:
+        """`h2: GPU 0: pid 4242 (user alice, 1500 MiB, sleep 300)`, one per process and GPU."""
+        return [f"{u.host}: {u.describe()}" for u in self.busy]
+
+    def free_text(self) -> str:
+        """`h1: 1, 3; h2: none`: the GPUs nobody computes on, per host with busy GPUs."""
+        hosts = [h for h in self.hosts.values() if h.busy]
+        return "; ".join(f"{h.host}: {', '.join(map(str, h.free)) or 'none'}" for h in hosts)
+
+    def unknown_lines(self) -> list[str]:
+        """Hosts whose GPUs could not be checked, one line each."""
+        lines = [f"{h.host}: cannot check its GPUs: {h.error}"
+                 for h in self.hosts.values() if h.error]
+        return lines + [f"{name}: cannot check its GPUs: {exc}"
+                        for name, exc in self.unreachable.items()]
+
+
+# ---------------------------------------------------------------- pure
+
+def mask_tokens(plan: Plan, host: str) -> tuple[str, ...]:
+    """The device tokens (indices, or UUIDs) in the masks of `host`'s tasks, in order, unique."""
+    seen: list[str] = []
+    for task in plan.on_host(host):
+        for token in (t.strip() for t in task.cuda_visible_devices.split(",")):
+            if token and token not in seen:
+                seen.append(token)
+    return tuple(seen)
+
+
+def parse_nvsmi_output(stdout: str) -> tuple[dict[str, int | None], list[GpuProcess],
+                                               str | None]:
+    """NVSMI_SCRIPT's output → (uuid → index, compute apps, error or None)."""
+    if stdout.strip() == _MARK + "none":
+        return {}, [], NO_NVIDIA_SMI
+    gpu_text, _, apps_text = stdout.partition(_MARK + "apps")
+    listing = parse_gpu_rows(gpu_text, GPU_FIELDS)
+    gpus = {s.uuid: s.index for s in listing.samples}
+    if not gpus:
+        errors = [e for e in listing.errors if not HostError(e).is_no_devices]
+        if errors:
+            return {}, [], "nvidia-smi failed: " + "; ".join(errors)
+        return {}, [], "nvidia-smi lists no GPUs"
+    return gpus, parse_compute_apps(apps_text, DEFAULT_COMPUTE_APP_FIELDS), None
+
+
+def assigned_indices(tokens: Iterable[str], gpus: Mapping[str, int | None]) -> tuple[int, ...]:
+    """Mask tokens as nvidia-smi indices (a UUID token is looked up; unknown ones dropped)."""
+    out: list[int] = []
+    for token in tokens:
+        index = int(token) if token.isdigit() else gpus.get(token)
+        if index is not None and index not in out:
+            out.append(index)
+    return tuple(out)
+
+
+def judge_host(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
+               apps: Sequence[GpuProcess], procs: Mapping[int, Mapping[str, Any] | None],
+               own_run_id: str | None = None) -> HostGpus:
+    """Which assigned GPUs hold someone else's compute process, and which GPUs are free.
+
+    `procs` is the agent's `procs` answer (pid → describe_process, None when gone). A process
+    gone since nvidia-smi listed it no longer counts; one of `own_run_id` never does.
+    """
+    assigned = assigned_indices(tokens, gpus)
+    used = {a.gpu_uuid for a in apps}
+    free = tuple(sorted(i for u, i in gpus.items() if i is not None and u not in used))
+    busy: list[GpuUser] = []
+    for app in apps:
+        index = gpus.get(app.gpu_uuid)
+        if index not in assigned:
+            continue
+        if app.pid in procs and procs[app.pid] is None:
+            continue  # ended between nvidia-smi and /proc
+        info = procs.get(app.pid) or {}
+        run = info.get("tfctl_run_id")
+        if own_run_id is not None and run == own_run_id:
+            continue
+        busy.append(GpuUser(host, index, app.gpu_uuid, app.pid, info.get("user"),
+                            app.used_memory_mib, info.get("cmdline") or app.process_name,
+                            run, info.get("tfctl_task")))
+    return HostGpus(host, assigned, tuple(sorted(i for i in gpus.values() if i is not None)),
+                    tuple(busy), free)
+
+
+# ---------------------------------------------------------------- I/O
+
+def read_host(t: Transport, tokens: Sequence[str], own_run_id: str | None = None) -> HostGpus:
+    """One host: nvidia-smi in one round trip, then /proc for the pids on assigned GPUs."""
+    host = t.host.name
+    res = t.run("sh -c " + shlex.quote(NVSMI_SCRIPT), timeout_s=30)
+    gpus, apps, error = parse_nvsmi_output(res.stdout)
+    if error is not None:
+        return HostGpus(host, error=error)
+    assigned = assigned_indices(tokens, gpus)
+    pids = sorted({a.pid for a in apps if gpus.get(a.gpu_uuid) in assigned})
+    procs: dict[int, Mapping[str, Any] | None] = {}
+    if pids:
+        answer = agentclient.call(t, "procs", {"pids": pids})["procs"]
+        procs = {int(p): info for p, info in answer.items()}
+    return judge_host(host, tokens, gpus, apps, procs, own_run_id)
+
+
+def find_busy_gpus(fleet: Fleet, plan: Plan, hosts: Sequence[str] | None = None,
+                   own_run_id: str | None = None) -> BusyReport:
+    """Every host (of `hosts`) where the plan puts tasks on GPUs, checked in parallel."""
+    chosen = [h for h in (plan.hosts_used if hosts is None else hosts) if mask_tokens(plan, h)]
+    if not chosen:
+        return BusyReport()
+    result = fleet.map(lambda t: read_host(t, mask_tokens(plan, t.host.name), own_run_id),
+                       chosen)
+    return BusyReport(dict(result.succeeded), dict(result.failed))

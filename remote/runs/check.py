@@ -1,0 +1,178 @@
+"""`tfctl check`: the preflight, every host in parallel, one finding per problem.
+
+Per host: reachable over SSH with a verified key; the inventory's python runs; its TensorFlow
+version; nvidia-smi and the GPU indices the inventory selects; no other user's or run's process
+on the GPUs the plan assigns; every task port free; and every other host able to reach this
+host's task ports (temporary listeners, then connects from every peer), which is what a firewall
+between lab machines breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tfctl.inventory.plan import Plan
+from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.transport import Transport
+from tfctl.remote.gpus.busy import find_busy_gpus
+
+Level = Literal["ok", "info", "warn", "fail"]
+LISTEN_SECONDS = 15
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    text: str
+
+
+@dataclass
+class HostReport:
+    host: str
+    findings: list[Finding] = field(default_factory=list)
+    probe: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.level != "fail" for f in self.findings)
+
+    def add(self, level: Level, text: str) -> None:
+        self.findings.append(Finding(level, text))
+
+
+def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
+    inv = plan.inventory
+    reports = {h.name: HostReport(h.name) for h in inv.hosts}
+    probes = fleet.map(lambda t: _probe(t, plan))
+    for name, exc in probes.failed.items():
+        reports[name].add("fail", exc.full() if exc.kind != "unreachable" else str(exc.what))
+    for name, (probe, gpu_indices) in probes.succeeded.items():
+        reports[name].probe = probe
+        _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus)
+    reachable = [n for n in probes.succeeded]
+    busy = _check_ports(fleet, plan, reachable, reports)
+    _check_gpus_free(fleet, plan, reachable, reports)
+    _check_peers(fleet, plan, reachable, busy, reports)
+    return [reports[h.name] for h in inv.hosts]
+
+
+def _probe(t: Transport, plan: Plan) -> tuple[dict[str, Any], list[int] | None]:
+    probe = agentclient.call(t, "probe", {"workdir": t.host.workdir})
+    gpus: list[int] | None = None
+    if probe.get("nvidia_smi"):
+        res = t.run("nvidia-smi --query-gpu=index --format=csv,noheader", timeout_s=20)
+        gpus = [int(x) for x in res.stdout.split() if x.strip().isdigit()] if res.ok else []
+    return probe, gpus
+
+
+def _judge_probe(report: HostReport, probe: Mapping[str, Any], found: list[int] | None,
+                 wanted: tuple[int, ...]) -> None:
+    report.add("ok", f"reachable as {probe.get('user')}@{probe.get('hostname')}, "
+                     f"python {probe.get('python')} ({probe.get('executable')})")
+    if probe.get("configured_python_missing"):
+        report.add("fail", "the inventory's `python:` does not exist there yet (if `job.setup` "
+                           "creates it, run `tfctl setup`); TensorFlow not checked")
+        return
+    tf = probe.get("tf_version")
+    if tf:
+        report.add("ok", f"TensorFlow {tf}")
+    else:
+        report.add("fail", f"TensorFlow is not installed for {probe.get('executable')}: "
+                           "install it there (pip install tensorflow) or point `python:` "
+                           "at an interpreter that has it")
+    if found is None:
+        if wanted:
+            report.add("fail", f"the inventory selects GPUs {list(wanted)} but nvidia-smi is not "
+                               "on PATH there: set `gpus: 0` or install the NVIDIA driver")
+        else:
+            report.add("info", "no nvidia-smi: CPU only, as the inventory says")
+        return
+    missing = [g for g in wanted if g not in found]
+    if missing:
+        report.add("fail", f"GPUs {missing} selected in the inventory do not exist there "
+                           f"(nvidia-smi lists {found})")
+    else:
+        extra = "" if len(found) == len(wanted) else f"; {len(found) - len(wanted)} not used"
+        report.add("ok", f"{len(found)} GPUs found, {len(wanted)} selected{extra}")
+
+
+def _task_ports(plan: Plan, host: str) -> list[int]:
+    return sorted({t.port for t in plan.on_host(host) if t.port is not None})
+
+
+def _check_ports(fleet: Fleet, plan: Plan, hosts: list[str],
+                 reports: dict[str, HostReport]) -> dict[str, set[int]]:
+    answers = fleet.map(lambda t: agentclient.call(
+        t, "ports", {"ports": _task_ports(plan, t.host.name)}), hosts)
+    busy: dict[str, set[int]] = {h: set() for h in hosts}
+    for name, result in answers.succeeded.items():
+        for state in result["ports"]:
+            if state.get("free"):
+                continue
+            busy[name].add(int(state["port"]))
+            reports[name].add("fail", f"port {state['port']} is busy: {describe_holder(state)}")
+        if not busy[name]:
+            reports[name].add("ok", f"task ports {_task_ports(plan, name)} free")
+    for name, exc in answers.failed.items():
+        reports[name].add("fail", str(exc))
+    return busy
+
+
+def _check_gpus_free(fleet: Fleet, plan: Plan, hosts: list[str],
+                     reports: dict[str, HostReport]) -> None:
+    """Other users' or runs' compute processes on the GPUs the plan assigns: one fail each."""
+    report = find_busy_gpus(fleet, plan, hosts)
+    for name, state in report.hosts.items():
+        if state.error:
+            continue  # the probe has judged nvidia-smi already
+        free = ", ".join(map(str, state.free)) or "none"
+        for user in state.busy:
+            reports[name].add("fail", f"{user.describe()} is using a GPU the plan assigns "
+                                      f"(free GPUs there: {free})")
+        if not state.busy:
+            reports[name].add("ok", f"GPUs {list(state.assigned)} free of other processes")
+    for name, exc in report.unreachable.items():
+        reports[name].add("fail", f"cannot check its GPUs: {exc}")
+
+
+def describe_holder(state: Mapping[str, Any]) -> str:
+    """`held by pid 4242 (alice: python train.py ...)`, from an agent `ports` entry."""
+    pid = state.get("pid")
+    if not pid:
+        return f"held by a process of {state.get('user') or 'another user'} (pid not visible)"
+    cmd = " ".join(state.get("cmdline") or []) if isinstance(state.get("cmdline"), list) \
+        else str(state.get("cmdline") or "?")
+    run = f", tfctl run {state['tfctl_run_id']}" if state.get("tfctl_run_id") else ""
+    return f"held by pid {pid} ({state.get('user', '?')}: {cmd[:80]}{run})"
+
+
+def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set[int]],
+                 reports: dict[str, HostReport]) -> None:
+    if len(hosts) < 2:
+        return
+    inv = plan.inventory
+    free = {h: [p for p in _task_ports(plan, h) if p not in busy[h]] for h in hosts}
+    listening = fleet.map(lambda t: agentclient.call(
+        t, "listen", {"ports": free[t.host.name], "seconds": LISTEN_SECONDS}), hosts)
+    up = [h for h in hosts if h in listening.succeeded and listening.succeeded[h].get("bound")]
+    for h in up:
+        free[h] = [int(p) for p in listening.succeeded[h]["bound"]]
+
+    def targets_for(me: str) -> list[str]:
+        return [f"{inv.host(h).address}:{p}" for h in up if h != me for p in free[h]]
+
+    connects = fleet.map(lambda t: agentclient.call(
+        t, "connect", {"targets": targets_for(t.host.name), "timeout_s": 3}), hosts)
+    for src, result in connects.succeeded.items():
+        bad = [str(r["target"]) for r in result["targets"] if not r.get("ok")]
+        if bad:
+            reports[src].add("fail", f"cannot reach {', '.join(bad)} (a firewall between "
+                                     "hosts?): TensorFlow tasks must reach each other's ports")
+        elif up:
+            reports[src].add("ok", f"reaches {len(targets_for(src))} task ports on its peers")
+    # The listeners would exit by themselves after LISTEN_SECONDS; free the ports now.
+    pids = {h: listening.succeeded[h].get("pid") for h in up}
+    fleet.map(lambda t: t.run(f"kill {int(pids[t.host.name])}"), [h for h in up if pids[h]])

@@ -1,0 +1,251 @@
+"""`tfctl up`'s launch: ports checked, run dirs prepared, tasks started in order, or rolled back.
+
+Order follows FIELD.md §2: parameter servers first, and only once their ports listen the workers,
+chief, evaluator and TensorBoard. A port already held by an old server would let a new chief
+"succeed" against it, so every task port is checked free before anything starts. If any task
+cannot start, everything this run started is stopped again and the cause is reported with the
+task's last log lines; nothing half-started is left behind.
+
+Ctrl-C (KeyboardInterrupt) is handled the same way: the start phases run in a helper thread and
+wait for ports in short rounds (`WAIT_ROUND_S`), so an interrupt is acted on within one round,
+after any in-flight `launch` has returned (stopping before it returned could miss tasks it was
+still starting); then the rollback runs and `Interrupted` says what it stopped.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tfctl.inventory.plan import Plan, Task
+from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.errors import RemoteError
+from tfctl.remote.runs.check import describe_holder
+
+Say = Callable[[str], None]
+T = TypeVar("T")
+WAIT_ROUND_S = 2.0
+PHASES: tuple[tuple[str, ...], ...] = (("ps",), ("worker", "chief", "evaluator", "tensorboard"))
+
+
+class LaunchFailed(RemoteError):
+    """`up` could not start the job; `detail` holds the failing task's log tail."""
+
+    def __init__(self, host: str, what: str, detail: str = "", cleaned: str = ""):
+        super().__init__(host, what, detail, kind="launch")
+        self.cleaned = cleaned
+
+    def full(self) -> str:
+        text = super().full()
+        return f"{text}\nrolled back: {self.cleaned}" if self.cleaned else text
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C/SIGTERM during launch, raised after the rollback; `cleaned` says what it stopped."""
+
+    def __init__(self, cleaned: str):
+        super().__init__(cleaned)
+        self.cleaned = cleaned
+
+
+@dataclass(frozen=True)
+class Started:
+    task: str
+    host: str
+    pid: int
+    pgid: int
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
+    restart = plan.inventory.job.restart
+    data = task.to_json()
+    data["restart"] = {"policy": restart.for_type(task.type), "max": restart.max,
+                       "backoff_s": restart.backoff_s}
+    return data
+
+
+def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: float = 120.0,
+           ps_first: bool = True) -> list[Started]:
+    """Start every task of `plan` as run `run_id`; roll back and raise `LaunchFailed` on error.
+
+    `ps_first=False` starts every task at once (`up --all-at-once`): TensorFlow's workers and
+    chief wait for parameter servers that are not up yet, so a job starts in one TensorFlow
+    import instead of two; every task is still verified listening, and a failure still rolls
+    everything back.
+    """
+    hosts = plan.hosts_used
+    _raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
+    started: list[Started] = []
+    try:
+        _raise_first(fleet.map(lambda t: _prepare(t, plan, run_id), hosts), "prepare")
+        for phase in PHASES if ps_first else (tuple(t for p in PHASES for t in p),):
+            names = [t.name for t in plan.tasks if t.type in phase]
+            if not names:
+                continue
+            say(f"starting {', '.join(names)}")
+            started += _start_phase(fleet, plan, run_id, phase, start_timeout_s)
+    except BaseException as exc:
+        cleaned = rollback(fleet, plan, run_id)
+        if isinstance(exc, LaunchFailed):
+            exc.cleaned = cleaned
+            raise
+        if isinstance(exc, RemoteError):
+            raise LaunchFailed(exc.host, exc.what, exc.detail, cleaned) from None
+        if isinstance(exc, KeyboardInterrupt):
+            say(f"interrupted: {cleaned}")
+            raise Interrupted(cleaned) from None
+        raise
+    return started
+
+
+def _preflight(host: str, t: Any, plan: Plan) -> None:
+    ports = sorted({x.port for x in plan.on_host(host) if x.port is not None})
+    states = agentclient.call(t, "ports", {"ports": ports})["ports"]
+    for state in states:
+        port = int(state["port"])
+        if not state.get("free"):
+            task = next(x.name for x in plan.on_host(host) if x.port == port)
+            if state.get("tfctl_run_id"):
+                raise LaunchFailed(host, f"run {state['tfctl_run_id']} is still live there "
+                                         f"(its {state.get('tfctl_task')} holds port {port}): "
+                                         "run `tfctl down` first")
+            raise LaunchFailed(host, f"port {port} (for {task}) is already in use: "
+                                     f"{describe_holder(state)}; stop it or change job.ports")
+
+
+def _prepare(t: Any, plan: Plan, run_id: str) -> None:
+    host = t.host
+    manifest = {"run_id": run_id, "inventory": plan.inventory.name, "host": host.name,
+                "style": plan.inventory.job.style,
+                "tasks": [task_manifest(x, plan) for x in plan.on_host(host.name)]}
+    try:
+        agentclient.call(t, "prepare", {"workdir": host.workdir, "run_id": run_id,
+                                        "manifest": manifest})
+    except RemoteError as exc:
+        if exc.kind == "run_live":
+            live = exc.data.get("run_id", "?")
+            raise LaunchFailed(host.name, f"run {live} is still live there: run `tfctl down` "
+                                          "first") from None
+        raise
+
+
+def _start_phase(fleet: Fleet, plan: Plan, run_id: str, phase: tuple[str, ...],
+                 timeout_s: float) -> list[Started]:
+    by_host = {h: [t.name for t in plan.on_host(h) if t.type in phase] for h in plan.hosts_used}
+    by_host = {h: names for h, names in by_host.items() if names}
+
+    cancel = threading.Event()
+
+    def start(t: Any) -> list[Started]:
+        host = t.host
+        names = by_host[host.name]
+        args = {"workdir": host.workdir, "run_id": run_id, "tasks": names}
+        pids = agentclient.call(t, "launch", args)["tasks"]
+        waited = _wait_listening(t, args, timeout_s, cancel)
+        _judge_start(host.name, waited)
+        return [Started(n, host.name, int(pids[n]["pid"]), int(pids[n]["pgid"])) for n in names]
+
+    result = _interruptible(lambda: fleet.map(start, list(by_host)), cancel)
+    _raise_first(result, "start")
+    return [s for group in result.succeeded.values() for s in group]
+
+
+def _wait_listening(t: Any, args: dict[str, Any], timeout_s: float,
+                    cancel: threading.Event) -> dict[str, Any]:
+    """`wait_ports` in rounds of at most WAIT_ROUND_S until every task listens, ended, or the
+    time is up; stops early (as a failure) once `cancel` is set."""
+    deadline = time.monotonic() + timeout_s
+    pending, done = list(args["tasks"]), {}
+    while pending:
+        if cancel.is_set():
+            raise RemoteError(t.host.name, "interrupted while its tasks were starting")
+        left = max(0.0, deadline - time.monotonic())
+        last = left <= WAIT_ROUND_S
+        answer = agentclient.call(t, "wait_ports", {**args, "tasks": pending,
+                                                    "timeout_s": min(left, WAIT_ROUND_S)},
+                                  timeout_s=WAIT_ROUND_S + 30)["tasks"]
+        done.update({n: s for n, s in answer.items() if last or s.get("state") != "timeout"})
+        pending = [n for n in pending if n not in done]
+    return done
+
+
+def _interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
+    """`run()` in a helper thread, so that Ctrl-C reaches us at once; on Ctrl-C, set `cancel`,
+    let `run` wind down (its calls in flight end within one round), then re-raise."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = run()
+        except BaseException as exc:  # handed to the caller's thread below
+            box["error"] = exc
+
+    worker = threading.Thread(target=body, name="tfctl-start-phase", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except BaseException:
+        cancel.set()
+        worker.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+def _judge_start(host: str, waited: Mapping[str, Any]) -> None:
+    for name, state in waited.items():
+        if state.get("state") == "listening" or state.get("state") == "running":
+            continue
+        if state.get("state") == "exited" and state.get("exit_code") == 0:
+            continue  # a fast task that already finished its work
+        how = _how_it_ended(state)
+        if state.get("port_holder") and not state["port_holder"].get("free"):
+            how += f" (port {state.get('port')} {describe_holder(state['port_holder'])})"
+        raise LaunchFailed(host, f"{name} {how}", "\n".join(state.get("last_lines") or []))
+
+
+def _how_it_ended(state: Mapping[str, Any]) -> str:
+    if state.get("state") == "timeout":
+        return "did not start listening on its port in time"
+    if state.get("error"):
+        return f"could not start: {state['error']}"
+    if state.get("signal"):
+        return f"was killed by {state['signal']} at start"
+    return f"exited {state.get('exit_code')} at start"
+
+
+def _raise_first(result: FleetResult[Any], step: str) -> None:
+    for host, exc in result.failed.items():
+        if isinstance(exc, LaunchFailed):
+            raise exc
+        raise LaunchFailed(host, f"{exc.what}", exc.detail)
+
+
+def rollback(fleet: Fleet, plan: Plan, run_id: str) -> str:
+    """Stop whatever this run started; return a sentence saying what was cleaned."""
+    from tfctl.remote.runs.stop import stop_run
+
+    outcome = stop_run(fleet, run_id, plan.hosts_used, grace_s=3.0)
+    stopped = sorted(t for r in outcome.succeeded.values() for t in r.get("stopped", []))
+    left = ", ".join(outcome.failed) if outcome.failed else ""
+    text = f"stopped {', '.join(stopped)}" if stopped else "nothing had started"
+    if left:
+        text += f"; could not reach {left} to clean up"
+    # Per-host failures are collected by the fleet; the run dirs keep their logs either way.
+    fleet.map(lambda t: agentclient.call(t, "finish", {
+        "workdir": t.host.workdir, "run_id": run_id, "status": {"state": "aborted"}}),
+        [h for h in plan.hosts_used if h not in outcome.failed])
+    return text
+

@@ -1,0 +1,59 @@
+"""Following a run's logs on every host by byte offsets: one round trip per host per poll."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.fleet import Fleet
+
+
+@dataclass
+class LogBatch:
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    """(task, line) in arrival order per task."""
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class LogFollower:
+    """Remembers, per task, how far its log was read, so each poll returns only new lines."""
+
+    def __init__(self, fleet: Fleet, run_id: str, hosts: list[str],
+                 tasks: set[str] | None = None, max_bytes: int = 256 * 1024):
+        self.fleet = fleet
+        self.run_id = run_id
+        self.hosts = hosts
+        self.tasks = tasks
+        self.max_bytes = max_bytes
+        self.offsets: dict[str, dict[str, int]] = {h: {} for h in hosts}
+        self.partial: dict[str, str] = {}
+
+    def poll(self, tail_lines: int | None = None) -> LogBatch:
+        def read(t: object) -> dict[str, object]:
+            host = t.host  # type: ignore[attr-defined]
+            args: dict[str, object] = {"workdir": host.workdir, "run_id": self.run_id,
+                                       "offsets": self.offsets[host.name],
+                                       "max_bytes": self.max_bytes}
+            if tail_lines is not None:
+                args["tail_lines"] = tail_lines
+            result: dict[str, object] = agentclient.call(t, "logs", args)  # type: ignore[arg-type]
+            return result
+
+        answers = self.fleet.map(read, self.hosts)
+        batch = LogBatch(errors={h: str(e) for h, e in answers.failed.items()})
+        for host, answer in answers.succeeded.items():
+            for task, chunk in sorted(answer.get("logs", {}).items()):  # type: ignore[attr-defined]
+                self.offsets[host][task] = int(chunk["offset"])
+                if self.tasks is not None and task not in self.tasks:
+                    continue
+                if chunk.get("reset"):
+                    self.partial.pop(task, None)
+                batch.lines += [(task, line) for line in self._split(task, chunk["data"])]
+        return batch
+
+    def _split(self, task: str, text: str) -> list[str]:
+        text = self.partial.pop(task, "") + text
+        lines = text.split("\n")
+        if lines and lines[-1] != "":
+            self.partial[task] = lines[-1]
+        return lines[:-1]

@@ -1,0 +1,178 @@
+"""A run's live state, read from the hosts, and the rule for when the job has ended.
+
+The job ends when the chief has exited or, with no chief, every worker has. Parameter servers
+(and ParameterServerStrategy's workers) never exit on their own (`server.join()`), so whoever
+observes the end (`wait`, `status`, the UI) stops them and marks the run finished with the
+chief's / workers' exit status.
+
+A failed parameter server or chief (killed, lost, or exited non-zero, with no restart left) ends
+the job too: workers block on a missing ps forever (classic flags) or fail with it
+(ParameterServerStrategy), and nothing drives them without the chief. `fatal_failure` names that
+task; whoever observes it stops the remaining ps, workers and chief (the evaluator and TensorBoard
+stay up for reading the results) and the job's status is the failed task's. To resume instead,
+ask for `restart: {chief: on-failure}` (the chief restarts and reads its checkpoint) — while a
+restart is pending the task is `starting`, not failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.fleet import Fleet
+
+ENDED = ("exited", "killed", "stopped", "lost")
+FATAL_TYPES = ("ps", "chief")
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    name: str
+    host: str
+    state: str
+    """running | starting | exited | killed | stopped | lost | unreachable"""
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    uptime_s: float | None = None
+    restarts: int = 0
+    last_line: str = ""
+    mask: str | None = None
+    last_lines: tuple[str, ...] = ()
+    """The log's last lines, as many as the status read asked for (`tail`)."""
+
+    @property
+    def type(self) -> str:
+        return self.name.split(":")[0]
+
+    @property
+    def index(self) -> int:
+        return int(self.name.split(":")[1])
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def failed(self) -> bool:
+        return self.state in ("killed", "lost") or (self.state == "exited" and
+                                                    self.exit_code not in (0, None))
+
+    def describe(self) -> str:
+        if self.state == "exited":
+            return f"exited {self.exit_code}"
+        if self.state == "killed":
+            return f"killed by {self.signal}"
+        return self.state
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    tasks: tuple[TaskStatus, ...]
+    unreachable: Mapping[str, str]
+    finished: Mapping[str, Any] | None = None
+
+    @property
+    def job_ended(self) -> bool:
+        return job_ended(self.tasks)
+
+    @property
+    def exit_code(self) -> int:
+        return job_exit_code(self.tasks)
+
+    @property
+    def fatal(self) -> TaskStatus | None:
+        return fatal_failure(self.tasks)
+
+
+def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> RunStatus:
+    answers = fleet.map(lambda t: agentclient.call(
+        t, "status", {"workdir": t.host.workdir, "run_id": run_id, "tail": tail}), hosts)
+    tasks: list[TaskStatus] = []
+    finished: Mapping[str, Any] | None = None
+    for host, answer in answers.succeeded.items():
+        finished = finished or answer.get("finished")
+        tasks += [task_from_agent(host, raw) for raw in answer.get("tasks", [])]
+    unreachable = {h: str(e) for h, e in answers.failed.items()}
+    order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
+    tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
+    return RunStatus(run_id, tuple(tasks), unreachable, finished)
+
+
+def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
+    lines = raw.get("last_lines") or []
+    return TaskStatus(
+        name=raw["name"], host=host, state=raw.get("state", "lost"), pid=raw.get("pid"),
+        exit_code=raw.get("exit_code"), signal=raw.get("signal"), uptime_s=raw.get("uptime_s"),
+        restarts=int(raw.get("restarts") or 0), last_line=lines[-1] if lines else "",
+        mask=raw.get("cuda_visible_devices"), last_lines=tuple(lines),
+    )
+
+
+def fatal_failure(tasks: tuple[TaskStatus, ...]) -> TaskStatus | None:
+    """The first ps or chief that failed for good: the job cannot continue without it."""
+    return next((t for t in tasks if t.type in FATAL_TYPES and t.failed), None)
+
+
+def describe_fatal(task: TaskStatus) -> str:
+    """`ps:0 on h1 failed (killed by SIGKILL): the job cannot continue without its parameter
+    servers`."""
+    return (f"{task.name} on {task.host} failed ({task.describe()}): the job cannot continue "
+            f"without {'its parameter servers' if task.type == 'ps' else 'its chief'}")
+
+
+def job_ended(tasks: tuple[TaskStatus, ...]) -> bool:
+    if fatal_failure(tasks) is not None:
+        return True
+    chiefs = [t for t in tasks if t.type == "chief"]
+    if chiefs:
+        return all(t.ended for t in chiefs)
+    workers = [t for t in tasks if t.type == "worker"]
+    return bool(workers) and all(t.ended for t in workers)
+
+
+def job_exit_code(tasks: tuple[TaskStatus, ...]) -> int:
+    """The job's status: a failed ps's or chief's, else the chief's, or the worst worker's (a
+    signal counts as 128+n)."""
+    fatal = fatal_failure(tasks)
+    deciders = [fatal] if fatal is not None else (
+        [t for t in tasks if t.type == "chief"] or [t for t in tasks if t.type == "worker"])
+    worst = 0
+    for t in deciders:
+        if t.state == "exited":
+            code = t.exit_code or 0
+        elif t.state in ("killed", "lost", "stopped"):
+            code = 137 if t.state != "stopped" else 143
+        else:
+            continue
+        worst = max(worst, code)
+    return worst
+
+
+def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list[str]:
+    """When the job has ended, stop its parameter servers and mark the run finished.
+
+    Returns the tasks it stopped (empty if the job is still running or already finalized).
+    """
+    if not status.job_ended or status.finished is not None or status.unreachable:
+        return []
+    from tfctl.remote.runs.stop import stop_run
+
+    # ps tasks (and ParameterServerStrategy's workers) only serve: `server.join()` never
+    # returns; after a fatal failure the chief goes too. TensorBoard and the evaluator are left
+    # for the user to read the results.
+    serving = ("ps", "worker", "chief") if status.fatal is not None else ("ps", "worker")
+    ps = [t.name for t in status.tasks if t.type in serving and not t.ended]
+    stopped: list[str] = []
+    if ps:
+        result = stop_run(fleet, status.run_id, hosts, grace_s=5.0, tasks=ps)
+        stopped = sorted(n for r in result.succeeded.values() for n in r.get("stopped", []))
+    code = status.exit_code
+    fleet.map(lambda t: agentclient.call(t, "finish", {
+        "workdir": t.host.workdir, "run_id": status.run_id,
+        "status": {"state": "finished", "exit_code": code,
+                   "cause": status.fatal.name if status.fatal is not None else None}}), hosts)
+    return stopped

@@ -1,0 +1,241 @@
+"""What the dashboard knows about the run between polls, and the task rows it shows. Pure.
+
+The app feeds it past-tense facts (a host answered, a host failed, lines arrived) with the time
+they happened; widgets read rows from it. No textual import and no clock of its own, so the
+rules (when a host counts as unreachable, what a task's uptime is now) are tested directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from tfctl.inventory.plan import Plan, Task
+from tfctl.remote.runs.current import CurrentRun
+from tfctl.remote.runs.status import RunStatus, TaskStatus, job_ended, job_exit_code
+from tfctl.tui.app.model import cells
+
+# Levels name how a row or a host should look; the widgets map them to colours.
+OK, IDLE, STALE, WARN, DOWN = "ok", "idle", "stale", "warn", "down"
+FLAG = {"error": "✖", "warning": "⚠", "info": "ℹ"}
+STATE_LEVEL = {"running": OK, "starting": STALE, "exited": IDLE, "stopped": IDLE,
+               "killed": DOWN, "lost": DOWN, "unreachable": DOWN}
+
+
+@dataclass
+class HostLink:
+    """What the task polls taught us about reaching one host (wall-clock seconds)."""
+
+    polled_at_s: float | None = None
+    in_flight_since_s: float | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    bad_since_s: float | None = None
+    tasks: tuple[TaskStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One line of the tasks table, already formatted; `level` colours the state cell."""
+
+    name: str
+    host: str
+    mask: str
+    state: str
+    exit: str
+    up: str
+    restarts: str
+    rate: str
+    last: str
+    level: str
+
+    def cells(self) -> tuple[str, ...]:
+        """In table column order (the exit status is part of `state`, as in `tfctl status`)."""
+        return (self.name, self.host, self.mask, self.state, self.up, self.restarts,
+                self.rate, self.last)
+
+
+@dataclass
+class Board:
+    plan: Plan
+    run_id: str | None = None
+    run_hosts: tuple[str, ...] = ()
+    finished_exit_code: int | None = None
+    links: dict[str, HostLink] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)
+    finalize_requested: str | None = None
+    _plan_index: dict[str, Task] | None = field(default=None, repr=False)
+
+    def _planned(self) -> dict[str, Task]:
+        if self._plan_index is None:
+            self._plan_index = {t.name: t for t in self.plan.tasks}
+        return self._plan_index
+
+    def link(self, host: str) -> HostLink:
+        return self.links.setdefault(host, HostLink())
+
+    # -- facts ------------------------------------------------------------------------------
+    def set_run(self, run: CurrentRun | None) -> bool:
+        """Adopt the current run; True when it is a different run than before."""
+        run_id = run.run_id if run else None
+        changed = run_id != self.run_id
+        self.run_id = run_id
+        self.run_hosts = tuple(run.hosts) if run else ()
+        if changed:
+            self.finished_exit_code = None
+            self.finalize_requested = None
+            self.rates.clear()
+            for link in self.links.values():
+                link.tasks = ()
+                link.polled_at_s = None
+        return changed
+
+    def poll_started(self, host: str, now_s: float) -> None:
+        self.link(host).in_flight_since_s = now_s
+
+    def host_polled(self, host: str, tasks: Iterable[TaskStatus], now_s: float) -> None:
+        link = self.link(host)
+        link.tasks = tuple(tasks)
+        link.polled_at_s = now_s
+        link.in_flight_since_s = None
+        link.error = link.error_kind = link.bad_since_s = None
+
+    def host_failed(self, host: str, what: str, kind: str, now_s: float) -> None:
+        link = self.link(host)
+        link.in_flight_since_s = None
+        if link.error is None:
+            link.bad_since_s = now_s
+        link.error, link.error_kind = what, kind
+
+    def status_read(self, status: RunStatus, now_s: float) -> None:
+        """A whole-run read (`controller.status()`); it also says whether the run finished."""
+        by_host: dict[str, list[TaskStatus]] = {}
+        for task in status.tasks:
+            by_host.setdefault(task.host, []).append(task)
+        for host, tasks in by_host.items():
+            self.host_polled(host, tasks, now_s)
+        for host, why in status.unreachable.items():
+            self.host_failed(host, why, "unreachable", now_s)
+        if status.finished is not None:
+            code = status.finished.get("exit_code")
+            self.finished_exit_code = int(code) if isinstance(code, int) else status.exit_code
+
+    def log_lines(self, lines: Iterable[tuple[str, str]]) -> None:
+        for task, line in lines:
+            self._note_rate(task, line)
+
+    def _note_rate(self, task: str, line: str) -> None:
+        value = cells.steps_per_sec(line)
+        if value is not None:
+            self.rates[task] = value
+
+    # -- reads ------------------------------------------------------------------------------
+    def tasks(self) -> list[TaskStatus]:
+        return [t for host in self.run_hosts for t in self.link(host).tasks]
+
+    def unreachable_hosts(self) -> list[str]:
+        return [h for h in self.run_hosts if self.link(h).error_kind == "unreachable"]
+
+    def should_finalize(self) -> bool:
+        """Every host answered, the job has ended and nobody has closed the run yet."""
+        if self.run_id is None or self.finished_exit_code is not None:
+            return False
+        if self.finalize_requested == self.run_id:
+            return False
+        links = [self.link(h) for h in self.run_hosts]
+        if not links or any(li.polled_at_s is None or li.error for li in links):
+            return False
+        return job_ended(tuple(self.tasks()))
+
+    def exit_code(self) -> int:
+        return job_exit_code(tuple(self.tasks()))
+
+    def elapsed_s(self, now_s: float) -> float | None:
+        """How long the run has been going: the oldest running task's uptime, now."""
+        best: float | None = None
+        for host in self.run_hosts:
+            link = self.link(host)
+            for task in link.tasks:
+                up = _uptime_now(task, link.polled_at_s, now_s)
+                if up is not None and (best is None or up > best):
+                    best = up
+        return best
+
+    def pid_tasks(self, host: str) -> dict[int, str]:
+        return {t.pid: t.name for t in self.link(host).tasks if t.pid is not None}
+
+    def task_rows(self, now_s: float, host: str | None = None,
+                  restart_max: Mapping[str, int] | None = None,
+                  flagged: Mapping[str, str] | None = None) -> list[TaskRow]:
+        """Plan order first (so a task that never started still has its row), then extras.
+        `flagged` maps task names to the level of a finding about them (shown by the rate)."""
+        known: dict[str, tuple[TaskStatus, HostLink]] = {}
+        for h in self.run_hosts:
+            link = self.link(h)
+            for task in link.tasks:
+                known[task.name] = (task, link)
+        planned = self._planned()
+        names = [*planned, *(n for n in known if n not in planned)]
+        rows: list[TaskRow] = []
+        for name in names:
+            row = self._row(name, known.get(name), now_s, restart_max or {})
+            mark = (flagged or {}).get(name)
+            if mark is not None:
+                row = replace(row, rate=f"{row.rate} {FLAG.get(mark, '•')}")
+            if host is None or row.host == host:
+                rows.append(row)
+        return rows
+
+    def _row(self, name: str, found: tuple[TaskStatus, HostLink] | None, now_s: float,
+             restart_max: Mapping[str, int]) -> TaskRow:
+        planned = self._planned().get(name)
+        task_host = found[0].host if found else (planned.host if planned else "?")
+        mask = found[0].mask if found and found[0].mask is not None else (
+            planned.cuda_visible_devices if planned else None)
+        link = self.link(task_host)
+        limit = restart_max.get(name.split(":")[0])
+        if found is None:
+            if self.run_id is None:
+                state = "not started"
+            elif task_host not in self.run_hosts:
+                state = "not in run"
+            elif link.error_kind == "unreachable":
+                state = "unreachable"
+            else:
+                state = "waiting" if link.polled_at_s is None else "not found"
+            level = DOWN if state == "unreachable" else IDLE
+            return TaskRow(name, task_host, _mask(mask), state, cells.DASH, cells.DASH,
+                           _restarts(0, limit), cells.DASH, "", level)
+        task, task_link = found
+        state = task.describe()
+        level = STATE_LEVEL.get(task.state, WARN)
+        if task.failed:
+            level = DOWN
+        if task_link.error_kind == "unreachable":
+            state, level = "unreachable", DOWN
+        exit_text = (str(task.exit_code) if task.exit_code is not None
+                     else task.signal or cells.DASH)
+        up = _uptime_now(task, task_link.polled_at_s, now_s)
+        rate = None
+        if task.state == "running":
+            rate = cells.steps_per_sec(task.last_line) or self.rates.get(name)
+        return TaskRow(name, task.host, _mask(mask), state, exit_text, cells.duration(up),
+                       _restarts(task.restarts, limit), cells.rate(rate), task.last_line, level)
+
+
+def _mask(mask: str | None) -> str:
+    if mask is None:
+        return "?"
+    return mask if mask else cells.DASH
+
+
+def _restarts(count: int, limit: int | None) -> str:
+    return f"{count}/{limit}" if limit else str(count)
+
+
+def _uptime_now(task: TaskStatus, polled_at_s: float | None, now_s: float) -> float | None:
+    if task.uptime_s is None:
+        return None
+    if task.state in ("running", "starting") and polled_at_s is not None:
+        return task.uptime_s + max(0.0, now_s - polled_at_s)
+    return task.uptime_s

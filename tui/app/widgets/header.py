@@ -1,0 +1,97 @@
+"""The header line's words, and the findings the app states itself when none are injected. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from tfctl.tui.app.model import cells
+from tfctl.tui.app.model.board import Board
+from tfctl.tui.app.model.hostlines import HostLine
+from tfctl.tui.app.sources import Finding, FindingLike
+
+
+@dataclass(frozen=True)
+class HeaderFacts:
+    cluster: str
+    refresh_s: float
+    tunnel_url: str | None = None
+    busy: str | None = None
+    busy_said: str = ""
+
+
+def header_text(facts: HeaderFacts, board: Board, hosts: Sequence[HostLine],
+                now_s: float) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("tfctl ", "bold")
+    text.append(f" {facts.cluster}")
+    if board.run_id is None:
+        text.append(" · no run", "dim")
+        text.append(" (u to start one)", "dim")
+    else:
+        text.append(f" · run {board.run_id} · ")
+        text.append_text(_run_state(board, now_s))
+    gpus = sum(len(h.gpus) or h.gpu_count for h in hosts)
+    down = sum(1 for h in hosts if h.level == "down")
+    text.append(f" · {len(hosts)} hosts")
+    if down:
+        text.append(f" ({down} down)", "bold red")
+    text.append(f" {gpus} GPUs")
+    if facts.tunnel_url:
+        text.append(" · TensorBoard ")
+        text.append(facts.tunnel_url, "underline cyan")
+    if facts.busy:
+        text.append(f" · {facts.busy}…", "bold yellow")
+        if facts.busy_said:
+            text.append(f" {facts.busy_said}", "yellow")
+    text.append(f" ⟳{facts.refresh_s:g}s", "dim")
+    return text
+
+
+def _run_state(board: Board, now_s: float) -> Text:
+    if board.finished_exit_code is not None:
+        code = board.finished_exit_code
+        return Text(f"finished, exit {code}", "green" if code == 0 else "bold red")
+    tasks = board.tasks()
+    if not tasks:
+        return Text("waiting for hosts", "yellow")
+    if any(t.state in ("running", "starting") for t in tasks):
+        return Text(f"running {cells.duration(board.elapsed_s(now_s))}", "green")
+    return Text(f"ended, exit {board.exit_code()}", "yellow")
+
+
+def builtin_findings(board: Board) -> list[Finding]:
+    """What the app knows from its own task polls: hosts cut off and tasks that failed."""
+    found: list[Finding] = []
+    for host in board.unreachable_hosts():
+        found.append(Finding("error", f"{host} unreachable ({board.link(host).error}): "
+                                      "its tasks are not counted", host))
+    for task in board.tasks():
+        if task.failed:
+            last = f": {task.last_line}" if task.last_line else ""
+            found.append(Finding("warning", f"{task.name} on {task.host} "
+                                            f"{task.describe()}{last}", task.host,
+                                 task=task.name))
+    return found
+
+
+def merge_findings(injected: Sequence[FindingLike], own: Sequence[Finding]
+                   ) -> tuple[FindingLike, ...]:
+    """The injected findings, then the app's own that say something new: a failed task no
+    injected finding names, an unreachable host no injected error is about."""
+    extra: list[FindingLike] = []
+    for f in own:
+        if f.task is not None:
+            if any(f.task in i.text or finding_task(i) == f.task for i in injected):
+                continue
+        elif any(i.host == f.host and i.level == f.level for i in injected):
+            continue
+        extra.append(f)
+    return (*injected, *extra)
+
+
+def finding_task(finding: FindingLike) -> str | None:
+    task = getattr(finding, "task", None)
+    return task if isinstance(task, str) else None

@@ -1,0 +1,196 @@
+"""The tasks table, drawn with the line API: a sticky header line, one cached line per task.
+
+Why not DataTable: any `update_cell` makes a DataTable re-render every visible cell through
+Rich (measured here: about half of the dashboard's CPU at 16 hosts, because uptimes change on
+every poll). Here a poll re-renders only the rows whose text changed, each as one `Text`, and
+column widths are fixed (FIELD.md §5: never re-measure widths in a refresh loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.events import Click, Resize
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from tfctl.tui.app.model.board import DOWN, IDLE, OK, STALE, WARN, TaskRow
+from tfctl.tui.app.model.cells import ellipsize
+
+# (title, width); the exit status is part of the state ("exited 1", "killed by SIGKILL"), as
+# `tfctl status` says it, which keeps the table narrow enough to sit beside the hosts.
+COLUMNS: tuple[tuple[str, int], ...] = (
+    ("task", 13), ("host", 8), ("GPU", 3), ("state / exit", 12), ("up", 7), ("rst", 3),
+    ("steps/s", 7),
+)
+GAP = 2
+STATE_COLUMN = 3
+CURSOR_FOCUSED = "bold on #0178d4"  # a background, so coloured cells stay readable
+CURSOR_BLURRED = "on grey23"
+STATE_STYLE = {OK: "green", IDLE: "dim", STALE: "yellow", WARN: "dark_orange", DOWN: "bold red"}
+
+
+class TasksTable(ScrollView, can_focus=True):
+    """Task, host, GPU mask, state/exit, uptime, restarts, steps/s, last log line.
+
+    ↑/↓ (k/j), PgUp/PgDn, Home/End move the cursor; Enter or a double click picks the task
+    (its log is shown)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up,k", "move(-1)", "Up", show=False),
+        Binding("down,j", "move(1)", "Down", show=False),
+        Binding("pageup", "move(-10)", "Page up", show=False),
+        Binding("pagedown", "move(10)", "Page down", show=False),
+        Binding("home", "move(-100000)", "First", show=False),
+        Binding("end", "move(100000)", "Last", show=False),
+        Binding("enter", "choose", "Show its log", show=False),
+    ]
+
+    cursor_row: reactive[int] = reactive(0)
+
+    class TaskChosen(Message):
+        """The user picked a task (Enter or double click)."""
+
+        def __init__(self, task: str) -> None:
+            self.task = task
+            super().__init__()
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._rows: list[TaskRow] = []
+        self._cache: dict[int, Strip] = {}
+
+    # -- data -----------------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[TaskRow]:
+        return list(self._rows)
+
+    @property
+    def row_count(self) -> int:
+        return len(self._rows)
+
+    def row(self, name: str) -> TaskRow:
+        return next(r for r in self._rows if r.name == name)
+
+    @property
+    def selected_task(self) -> str | None:
+        if 0 <= self.cursor_row < len(self._rows):
+            return self._rows[self.cursor_row].name
+        return None
+
+    def show(self, rows: Sequence[TaskRow]) -> None:
+        """Adopt new rows; repaint only the lines that changed (all of them if the set did)."""
+        old, selected = self._rows, self.selected_task
+        self._rows = list(rows)
+        if [r.name for r in old] != [r.name for r in rows]:
+            self._cache.clear()
+            self.virtual_size = Size(self.size.width, len(rows) + 1)
+            names = [r.name for r in rows]
+            self.cursor_row = names.index(selected) if selected in names else 0
+            self.refresh()
+            return
+        changed = [i for i, (new, before) in enumerate(zip(rows, old, strict=True))
+                   if new != before]
+        for i in changed:
+            self._cache.pop(i, None)
+        top, height = self.scroll_offset.y, self.size.height
+        seen = [i + 1 - top for i in changed if 1 <= i + 1 - top < height]
+        if seen:  # one dirty region for the visible changed rows
+            self.refresh(Region(0, min(seen), self.size.width, max(seen) - min(seen) + 1))
+
+    def _refresh_row(self, index: int) -> None:
+        y = index + 1 - self.scroll_offset.y  # +1: the header line
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    # -- cursor ---------------------------------------------------------------------------------
+    def move_cursor(self, row: int) -> None:
+        if self._rows:
+            self.cursor_row = max(0, min(len(self._rows) - 1, row))
+
+    def action_move(self, step: int) -> None:
+        self.move_cursor(self.cursor_row + step)
+
+    def action_choose(self) -> None:
+        task = self.selected_task
+        if task is not None:
+            self.post_message(self.TaskChosen(task))
+
+    def watch_cursor_row(self, old: int, new: int) -> None:
+        self._cache.pop(old, None)
+        self._cache.pop(new, None)
+        self._refresh_row(old)
+        self._refresh_row(new)
+        body = max(1, self.size.height - 1)
+        if new < self.scroll_offset.y:
+            self.scroll_to(y=new, animate=False)
+        elif new >= self.scroll_offset.y + body:
+            self.scroll_to(y=new - body + 1, animate=False)
+
+    def on_click(self, event: Click) -> None:
+        index = event.y - 1 + self.scroll_offset.y
+        if event.y >= 1 and 0 <= index < len(self._rows):
+            self.move_cursor(index)
+            if event.chain == 2:
+                self.action_choose()
+
+    def on_focus(self) -> None:
+        self._cache.pop(self.cursor_row, None)
+        self._refresh_row(self.cursor_row)
+
+    def on_blur(self) -> None:
+        self.on_focus()
+
+    def on_resize(self, event: Resize) -> None:
+        self._cache.clear()
+        self.virtual_size = Size(event.size.width, len(self._rows) + 1)
+
+    # -- drawing --------------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y == 0:
+            header = header_text()
+            header.pad_right(max(0, width - header.cell_len))
+            return self._strip(header, width)
+        index = y - 1 + self.scroll_offset.y
+        if index >= len(self._rows):
+            return Strip.blank(width, self.rich_style)
+        strip = self._cache.get(index)
+        if strip is None:
+            text = row_text(self._rows[index], width)
+            if index == self.cursor_row:
+                text.pad_right(max(0, width - text.cell_len))
+                text.stylize(CURSOR_FOCUSED if self.has_focus else CURSOR_BLURRED)
+            strip = self._cache[index] = self._strip(text, width)
+        return strip
+
+    def _strip(self, text: Text, width: int) -> Strip:
+        text.style = self.rich_style
+        strip = Strip(text.render(self.app.console), text.cell_len)
+        return strip.crop_extend(0, width, self.rich_style)
+
+
+def header_text() -> Text:
+    text = Text(style="bold")
+    for title, width in COLUMNS:
+        text.append(f"{title:<{width}}" + " " * GAP)
+    text.append("last line")
+    return text
+
+
+def row_text(row: TaskRow, width: int) -> Text:
+    values = (row.name, row.host, row.mask, row.state, row.up, row.restarts, row.rate)
+    text = Text()
+    for column, ((_, col_width), value) in enumerate(zip(COLUMNS, values, strict=True)):
+        style = STATE_STYLE.get(row.level, "") if column == STATE_COLUMN else ""
+        text.append(f"{ellipsize(value, col_width):<{col_width}}", style)
+        text.append(" " * GAP)
+    rest = max(0, width - text.cell_len)
+    text.append(ellipsize(row.last, rest), "dim")
+    return text

@@ -1,0 +1,103 @@
+"""`tfctl logs` (merged, prefixed, followed) and `tfctl exec` (a command on every host)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from tfctl.tui.cli.main import EXIT_FAILED, obj
+
+COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_green",
+           "bright_yellow", "bright_magenta", "bright_blue")
+
+
+@click.command()
+@click.argument("tasks", nargs=-1)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
+@click.option("-n", "--lines", "n_lines", type=int, default=20, show_default=True,
+              help="Lines of each log to start from.")
+@click.pass_context
+def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int) -> None:
+    """Print the run's task logs, merged and prefixed by task (`worker:1 | ...`).
+
+    \b
+    Example:
+      tfctl logs                 # last 20 lines of every task
+      tfctl logs worker:0 ps:0 -n 100
+      tfctl logs -f              # follow all tasks until Ctrl-C
+    """
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.runs.current import current_run
+    from tfctl.remote.runs.logs import LogFollower
+
+    c = obj(ctx)
+    inv = c.load()
+    with Fleet(inv, c.ssh_options()) as fleet:
+        run = current_run(inv, fleet)
+        if run is None:
+            click.echo("no run yet: start one with `tfctl up`")
+            return
+        follower = LogFollower(fleet, run.run_id, list(run.hosts), set(tasks) or None)
+        colour: dict[str, str] = {}
+        width = 0
+        batch = follower.poll(tail_lines=n_lines)
+        while True:
+            for task, line in batch.lines:
+                colour.setdefault(task, COLOURS[len(colour) % len(COLOURS)])
+                width = max(width, len(task))
+                prefix = click.style(f"{task:<{width}} |", fg=colour[task])
+                click.echo(f"{prefix} {line}")
+            for host, why in batch.errors.items():
+                click.secho(f"{host}: {why}", fg="red", err=True)
+            if not follow:
+                return
+            time.sleep(0.5)
+            batch = follower.poll()
+
+
+@click.command("exec")
+@click.option("--hosts", "only", default="", help="Comma-separated host names (default: all).")
+@click.argument("command", nargs=-1, required=True)
+@click.pass_context
+def exec_(ctx: click.Context, only: str, command: tuple[str, ...]) -> None:
+    """Run a command on every host in parallel; output grouped per host; worst exit status.
+
+    \b
+    Example:
+      tfctl exec -- nvidia-smi -L
+      tfctl exec --hosts titan,gtx970 -- df -h /data
+    """
+    import shlex
+
+    from tfctl.remote.connect.fleet import Fleet
+
+    c = obj(ctx)
+    inv = c.load()
+    names = [h for h in only.split(",") if h] or [h.name for h in inv.hosts]
+    unknown = [h for h in names if h not in {x.name for x in inv.hosts}]
+    if unknown:
+        raise click.BadParameter(f"no host named {', '.join(unknown)} in {inv.path}",
+                                 param_hint="--hosts")
+    line = shlex.join(command)
+    with Fleet(inv, c.ssh_options()) as fleet:
+        result = fleet.map(lambda t: t.run(line, timeout_s=None), names)
+    worst = 0
+    for host, res in result.succeeded.items():
+        _print_host(host, res)
+        worst = max(worst, res.exit_code)
+    for host, exc in result.failed.items():
+        click.secho(f"── {host}: {exc}", fg="red", bold=True)
+        worst = max(worst, EXIT_FAILED)
+    sys.exit(worst)
+
+
+def _print_host(host: str, res: Any) -> None:
+    colour = "green" if res.ok else "red"
+    click.secho(f"── {host} (exit {res.exit_code})", fg=colour, bold=True)
+    if res.stdout:
+        click.echo(res.stdout.rstrip("\n"))
+    if res.stderr:
+        click.echo(res.stderr.rstrip("\n"), err=True)

@@ -1,1 +1,0 @@
-"""Modal screens of the dashboard (confirmation, help)."""
