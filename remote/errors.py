@@ -53,6 +53,20 @@ class CommandFailed(RemoteError):
         self.exit_code = exit_code
 
 
+class GpusBusy(RemoteError):
+    """GPUs the plan assigns are held by processes that are not this run's: nothing was started.
+
+    `holders` are one line per busy GPU (host, GPU, pid, user, memory); `free` says which GPUs
+    are free instead. `up(UpOptions(force=True))` launches anyway.
+    """
+
+    def __init__(self, holders: tuple[str, ...], free: str) -> None:
+        self.holders = holders
+        self.free = free
+        super().__init__("(fleet)", "GPUs the plan assigns are in use by other processes: "
+                         + "; ".join(holders), kind="gpus_busy")
+
+
 def _short(command: str, limit: int = 120) -> str:
     command = " ".join(command.split())
     return command if len(command) <= limit else command[: limit - 1] + "…"

@@ -15,6 +15,7 @@ from tfctl.inventory.plan import Plan, make_plan
 from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.transport import SshOptions
+from tfctl.remote.errors import GpusBusy
 from tfctl.remote.runs.current import CurrentRun, current_run, remember
 from tfctl.remote.runs.launch import launch, new_run_id
 from tfctl.remote.runs.logs import LogFollower
@@ -30,6 +31,20 @@ from tfctl.remote.runs.stop import stop_run
 from tfctl.remote.sync.rsync import SyncResult, sync_all
 
 Say = Callable[[str], None]
+__all__ = ["GpusBusy", "RunController", "UpOptions"]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """How `up` runs; the CLI's options and the dashboard's `u` key both build one."""
+
+    sync: bool = True
+    force_setup: bool = False
+    force: bool = False
+    """Launch even onto GPUs that other processes hold (otherwise `GpusBusy` is raised)."""
+    ps_first: bool = True
+    start_timeout_s: float = 180.0
+
 
 
 @dataclass(frozen=True)
