@@ -9,7 +9,13 @@ its role, so one file covers the four ways people run TensorFlow across machines
   worker tasks only serve forever.
 - ``TF_CONFIG`` without ``ps``: ``MultiWorkerMirroredStrategy``; the chief, else worker 0, owns
   the result.
-- neither: one plain process.
+- neither: one process; with ``--strategy mirrored`` a ``MirroredStrategy`` over every GPU the
+  process sees (tfctl's ``mirrored`` strategy: one such process per host). On a machine without
+  GPUs ``--cpu_devices N`` splits the CPU into N logical devices, so the same code runs as it
+  would over N GPUs.
+
+Every style resumes: a restarted task restores the latest checkpoint of its train dir and goes
+on from its global step, which never goes back.
 
 No Keras: the model is two (kernel, bias) pairs in a ``tf.Module`` with hand-written SGD, because
 Keras 3 training breaks under both multi-worker strategies (FIELD.md §2). Every style writes the
@@ -23,9 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -92,8 +96,25 @@ def build_tf2_training(strategy: tf.distribute.Strategy, learning_rate: float,
     return model, step, train_step
 
 
+def single_process_strategy(args: argparse.Namespace) -> tf.distribute.Strategy:
+    """The default strategy, or MirroredStrategy over the visible GPUs (else N logical CPUs)."""
+    if args.strategy != "mirrored":
+        return tf.distribute.get_strategy()
+    # Physical devices only: listing logical ones initialises the runtime, after which the CPU
+    # can no longer be split.
+    if tf.config.list_physical_devices("GPU"):
+        return tf.distribute.MirroredStrategy()  # every visible GPU
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * args.cpu_devices)
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices)
+
+
 def run_mirrored(args: argparse.Namespace, style: str) -> int:
-    """Single process (default strategy) or MultiWorkerMirrored: the same synchronous loop."""
+    """Single process (default or Mirrored strategy) or MultiWorkerMirrored: one synchronous
+    loop. Every worker keeps its own checkpoints (the owner's in ckpt/, the others' beside it),
+    so after a restart of all workers each restores the same step."""
     owner, task = True, "single"
     if style == "multi_worker":
         strategy: tf.distribute.Strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -103,12 +124,15 @@ def run_mirrored(args: argparse.Namespace, style: str) -> int:
             resolver.task_id == 0)
         task = f"{resolver.task_type}:{resolver.task_id}"
     else:
-        strategy = tf.distribute.get_strategy()
+        strategy = single_process_strategy(args)
+        if args.strategy == "mirrored":
+            style, task = "mirrored", f"mirrored over {strategy.num_replicas_in_sync} devices"
     train_dir = os.path.abspath(args.train_dir)
-    # Every MultiWorkerMirrored worker must save (saving may run collectives); only the owner's
-    # copy is kept, the others write to a temporary dir, as the TensorFlow docs advise.
-    ckpt_dir = os.path.join(train_dir, CHECKPOINT_SUBDIR) if owner else tempfile.mkdtemp(
-        prefix=f"tfctl-{task.replace(':', '')}-")
+    # Every MultiWorkerMirrored worker must save (saving may run collectives): the owner's copy
+    # is the result, the others' stay beside it (as the TensorFlow docs advise, not in the
+    # owner's dir) and are what each restores from after a restart.
+    ckpt_dir = os.path.join(train_dir, CHECKPOINT_SUBDIR if owner
+                            else f"{CHECKPOINT_SUBDIR}-{task.replace(':', '')}")
     if owner:
         prepare_result_dir(train_dir)
     images, labels, _, _ = load_digits_split()
@@ -118,11 +142,12 @@ def run_mirrored(args: argparse.Namespace, style: str) -> int:
     iterator = iter(dataset)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), ckpt_dir,
                                          max_to_keep=5, checkpoint_name=CHECKPOINT_NAME)
+    first = resume(manager, step)
     writer = (tf.summary.create_file_writer(os.path.join(train_dir, "train")) if owner
               else tf.summary.create_noop_writer())
     print(f"{style} {task} training {args.steps} steps", flush=True)
-    started, window, path = time.monotonic(), Window(), None
-    for number in range(1, args.steps + 1):
+    started, window, path = time.monotonic(), Window(), manager.latest_checkpoint
+    for number in range(first, args.steps + 1):
         loss, accuracy = train_step(iterator)  # already reduced: reading them is local
         window.add(float(loss), float(accuracy))
         if due(number, args.log_every, args.steps):
@@ -131,9 +156,17 @@ def run_mirrored(args: argparse.Namespace, style: str) -> int:
             path = manager.save(checkpoint_number=number)
     if owner:
         finish(train_dir, style, args.steps, window.last, time.monotonic() - started, path)
-    else:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
     return 0
+
+
+def resume(manager: tf.train.CheckpointManager, step: tf.Variable) -> int:
+    """Restore the latest checkpoint, if any; the first step number still to run."""
+    if manager.latest_checkpoint is None:
+        return 1
+    manager.checkpoint.restore(manager.latest_checkpoint)
+    done = int(step.numpy())
+    print(f"resumed from {manager.latest_checkpoint} at global step {done}", flush=True)
+    return done + 1
 
 
 def run_parameter_server(args: argparse.Namespace) -> int:
@@ -168,10 +201,11 @@ def run_parameter_server(args: argparse.Namespace) -> int:
     manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=model, step=step), os.path.join(train_dir, CHECKPOINT_SUBDIR),
         max_to_keep=5, checkpoint_name=CHECKPOINT_NAME)
+    first = resume(manager, step)
     writer = tf.summary.create_file_writer(os.path.join(train_dir, "train"))
     print(f"ps_strategy chief:0 training {args.steps} steps", flush=True)
-    started, window, pending, path = time.monotonic(), Window(), [], None
-    for number in range(1, args.steps + 1):
+    started, window, pending, path = time.monotonic(), Window(), [], manager.latest_checkpoint
+    for number in range(first, args.steps + 1):
         pending.append(coordinator.schedule(train_step, args=(iterator,)))
         if due(number, args.log_every, args.steps):
             coordinator.join()  # every scheduled step done: the global step is `number`
@@ -315,11 +349,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--worker_hosts", default="", help="classic flags style: h:p,h:p")
     parser.add_argument("--job_name", default="", choices=["", "ps", "worker"])
     parser.add_argument("--task_index", type=int, default=0)
+    parser.add_argument("--strategy", default="auto", choices=["auto", "mirrored"],
+                        help="without a cluster: mirrored = MirroredStrategy over all GPUs")
+    parser.add_argument("--cpu_devices", type=int, default=2,
+                        help="--strategy mirrored on a machine without GPUs: logical CPUs")
     args = parser.parse_args(argv)
     if (args.job_name or args.ps_hosts or args.worker_hosts) and not (
             args.job_name and args.ps_hosts and args.worker_hosts):
         parser.error("the flags style needs --job_name, --ps_hosts and --worker_hosts together")
-    for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
+    for name in ("steps", "batch_size", "log_every", "checkpoint_every", "cpu_devices"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     return args

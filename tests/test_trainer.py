@@ -163,7 +163,35 @@ def test_multi_worker_mirrored(processes: Processes, tmp_path: Path) -> None:
     strip_rate = [line.rsplit(" ", 1)[0] for line in log_lines(processes.log("worker0"), "step ")]
     assert strip_rate == [line.rsplit(" ", 1)[0]
                           for line in log_lines(processes.log("worker1"), "step ")]
-    assert sorted(path.name for path in train_dir.iterdir()) == ["DONE", "ckpt", "train"]
+    # worker 1 keeps its own checkpoints beside the owner's: what it restores after a restart.
+    assert sorted(path.name for path in train_dir.iterdir()) == [
+        "DONE", "ckpt", "ckpt-worker1", "train"]
+
+
+def test_single_process_mirrored_over_two_logical_cpus(processes: Processes,
+                                                       tmp_path: Path) -> None:
+    processes.start("train", [TRAIN, "--train_dir=out", "--strategy=mirrored",
+                              "--cpu_devices=2", *SMALL_RUN])
+    processes.wait_ok("train")
+    log = processes.log("train")
+    assert "mirrored over 2 devices training" in log
+    assert_trained(tmp_path / "out", result_of(log), "mirrored")
+
+
+def test_a_restarted_run_resumes_from_its_checkpoint(processes: Processes,
+                                                     tmp_path: Path) -> None:
+    processes.start("first", [TRAIN, "--train_dir=out", *SMALL_RUN])
+    processes.wait_ok("first")
+    longer = [arg if not arg.startswith("--steps=") else f"--steps={STEPS + 20}"
+              for arg in SMALL_RUN]
+    processes.start("again", [TRAIN, "--train_dir=out", *longer])
+    processes.wait_ok("again")
+    log = processes.log("again")
+    assert f"at global step {STEPS}" in log_lines(log, "resumed from ")[0]
+    # Only the steps after the checkpoint ran: the global step never went back.
+    assert [line.split()[1] for line in log_lines(log, "step ")] == [str(STEPS + 10),
+                                                                    str(STEPS + 20)]
+    assert result_of(log)["steps"] == STEPS + 20
 
 
 def test_parameter_server_strategy(processes: Processes, tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""What a task died of, in its own words: the error lines of a log tail, and one hint.
+
+Pure (no I/O). A Python traceback ends with the exception, but TensorFlow's errors come wrapped:
+the status line (`NOT_FOUND: …`, `UNAVAILABLE: …`) may sit above five stack-frame lines, and a
+tail of the last N lines then shows only frames (`File ".../saver.py", line 946, in build`).
+So the lines shown for a failed task are picked: exception and status lines first, frames last.
+The hints name the fix for the failures labs hit most (docs/field-notes.md §2).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# `ValueError: …`, `tensorflow.python.framework.errors_impl.NotFoundError: …`, `Killed`.
+_EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
+_TF_STATUS = re.compile(
+    r"\b(?:NOT_FOUND|UNAVAILABLE|RESOURCE_EXHAUSTED|INVALID_ARGUMENT|FAILED_PRECONDITION|"
+    r"ABORTED|DEADLINE_EXCEEDED|INTERNAL|CANCELLED|PERMISSION_DENIED|OUT_OF_RANGE|DATA_LOSS|"
+    r"UNIMPLEMENTED)\b")
+_OTHER = re.compile(r"\bOOM when allocating|\bout of memory\b|^Killed$|Segmentation fault|"
+                    r"Check failed:|^Aborted", re.IGNORECASE)
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A known failure: what in the log shows it, and what to do."""
+
+    pattern: re.Pattern[str]
+    advice: str
+
+
+HINTS = (
+    Hint(re.compile(r"_temp\b.*No such file or directory|MergeV2Checkpoints|"
+                    r"part-\d+-of-\d+.*not found", re.IGNORECASE),
+         "each parameter server writes its checkpoint shard on its own host: use a checkpoint "
+         "directory that every ps and the chief see (hosts marked `shared_fs: true`), or save "
+         "unsharded from the chief"),
+    Hint(re.compile(r"Mismatched number of GPUs|same number of devices", re.IGNORECASE),
+         "every worker must have the same number of GPUs under this strategy: `tfctl plan` "
+         "shows the masks (use `workers: per_gpu`, or the same GPUs on every host)"),
+    Hint(re.compile(r"RESOURCE_EXHAUSTED|OOM when allocating|out of memory", re.IGNORECASE),
+         "out of GPU memory: lower the batch size (per host: `hosts[].args`), or give the task "
+         "a GPU no other process uses (`tfctl gpus`)"),
+    Hint(re.compile(r"UNAVAILABLE|failed to connect to all addresses|Connection refused",
+                    re.IGNORECASE),
+         "a task could not reach another: are the ports open between the hosts? "
+         "(`tfctl check --firewall` prints rules that open them)"),
+    Hint(re.compile(r"No module named '?tensorflow", re.IGNORECASE),
+         "TensorFlow is not installed for the host's `python:` (`tfctl check` shows which)"),
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The telling lines of a failed task's log, and a hint when the failure is a known one."""
+
+    lines: tuple[str, ...]
+    hint: str | None
+
+    @property
+    def headline(self) -> str | None:
+        """The one line that names the error (the last exception or status line), if any."""
+        errors = [line for line in self.lines if is_error_line(line)]
+        return errors[-1].strip() if errors else None
+
+
+def is_error_line(line: str) -> bool:
+    return bool(_EXCEPTION.search(line) or _TF_STATUS.search(line) or _OTHER.search(line))
+
+
+def explain(tail: Sequence[str], keep: int = 5) -> Failure:
+    """The `keep` most telling lines of `tail`, in log order, and the hint for the failure.
+
+    Error lines win over everything; then plain lines (what the program printed); stack frames
+    and the code lines under them only when nothing else is left.
+    """
+    lines = [line.rstrip("\n") for line in tail]
+    ranked = sorted(range(len(lines)), key=lambda i: (_rank(lines, i), -i))
+    chosen = sorted(ranked[:keep])
+    text = "\n".join(lines)
+    hint = next((h.advice for h in HINTS if h.pattern.search(text)), None)
+    return Failure(tuple(lines[i] for i in chosen), hint)
+
+
+def _rank(lines: Sequence[str], i: int) -> int:
+    line = lines[i]
+    if is_error_line(line):
+        return 0
+    if not line.strip() or line.strip() == _TRACEBACK_HEAD:
+        return 3
+    if _FRAME.match(line) or (i > 0 and _FRAME.match(lines[i - 1])):
+        return 2  # a frame, or the source line Python prints under it
+    return 1

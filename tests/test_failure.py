@@ -1,0 +1,68 @@
+"""remote/runs/failure.py: the lines that name a task's error, and the hint, from log tails."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfctl.remote.runs.failure import explain, is_error_line
+
+SAVER_TAIL = """\
+Traceback (most recent call last):
+  File "/home/u/lab/train.py", line 120, in <module>
+    main()
+tensorflow.python.framework.errors_impl.NotFoundError: From /job:ps/replica:0/task:1:
+out/train/model.ckpt-0_temp/part-00001-of-00003.data-00000-of-00001; No such file or directory
+\t [[node save/SaveV2_1 (defined at /home/u/lab/train.py:88) ]]
+Original stack trace for 'save/SaveV2_1':
+  File "/home/u/lab/train.py", line 88, in main
+    saver = tf.compat.v1.train.Saver()
+  File "/usr/lib/python3/dist-packages/tensorflow/python/training/saver.py", line 946, in build
+    self._build(self._filename, build_save=True, build_restore=True)
+""".splitlines()
+
+
+def test_checkpoint_shard_error_is_named_over_stack_frames() -> None:
+    failure = explain(SAVER_TAIL, keep=3)
+    assert any("NotFoundError" in line for line in failure.lines)
+    assert not any(line.lstrip().startswith("File ") for line in failure.lines)
+    assert failure.headline is not None and "NotFoundError" in failure.headline
+    assert failure.hint is not None and "every ps and the chief see" in failure.hint
+
+
+@pytest.mark.parametrize(("tail", "headline", "hint_words"), [
+    (["step 10", "2026 W ResourceExhaustedError: OOM when allocating tensor with shape[128]"],
+     "OOM when allocating", "batch size"),
+    (["E0000 UNAVAILABLE: failed to connect to all addresses; last error: Connection refused"],
+     "UNAVAILABLE", "check --firewall"),
+    (["ValueError: Mismatched number of GPUs per worker"], "Mismatched", "same number of GPUs"),
+    (["ModuleNotFoundError: No module named 'tensorflow'"], "ModuleNotFoundError",
+     "not installed"),
+    (["RuntimeError: my own bug"], "RuntimeError: my own bug", None),
+    (["step 1", "step 2"], None, None),
+])
+def test_headline_and_hint(tail: list[str], headline: str | None,
+                           hint_words: str | None) -> None:
+    failure = explain(tail)
+    if headline is None:
+        assert failure.headline is None
+    else:
+        assert failure.headline is not None and headline in failure.headline
+    if hint_words is None:
+        assert failure.hint is None
+    else:
+        assert failure.hint is not None and hint_words in failure.hint
+
+
+def test_keeps_log_order_and_plain_lines_before_frames() -> None:
+    tail = ["loading data", 'File "x.py", line 3, in f', "    f()", "KeyError: 'lr'"]
+    assert explain(tail, keep=2).lines == ("loading data", "KeyError: 'lr'")
+    assert explain(tail, keep=10).lines == tuple(tail)
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", True),
+    ("SystemExit: 2", True), ("Killed", True), ("INFO step 5 loss 0.3", False),
+    ('  File "a.py", line 1, in <module>', False), ("ErrorBoundary rendered", False),
+])
+def test_error_lines(line: str, error: bool) -> None:
+    assert is_error_line(line) is error
