@@ -3,6 +3,7 @@
 
     python benchmarks/cli_startup.py              # 15 interleaved repetitions
     python benchmarks/cli_startup.py --reps 30
+    python benchmarks/cli_startup.py --baseline /tmp/before   # another tree, interleaved
 
 Each repetition runs, in rotating order, a bare `python -c pass` (the interpreter's own floor),
 `tfctl --help` and `tfctl -i <16-host inventory> plan`, each as a fresh process as a user runs
@@ -51,6 +52,8 @@ def heavy_imports(argv: list[str], env: dict[str, str] | None = None) -> list[st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--baseline", metavar="DIR", help="also run the `tfctl/` tree under DIR "
+                        "(put first on PYTHONPATH), interleaved, as `before:` rows")
     args = parser.parse_args()
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp:
@@ -62,6 +65,12 @@ def main() -> int:
             "tfctl --help": ([PYTHON, "-m", "tfctl.tui", "--help"], None),
             "tfctl plan (16 hosts)": (plan, None),
             "tfctl plan, cache off": (plan, cold)}
+        if args.baseline:
+            before = dict(os.environ, PYTHONPATH=args.baseline)
+            commands |= {"before: tfctl --help": (commands["tfctl --help"][0], before),
+                         "before: tfctl plan": (plan, before),
+                         "before: plan, cache off": (plan, dict(cold, PYTHONPATH=args.baseline))}
+            timed(plan, env=before).check("plan")
         timed(plan).check("plan")  # validated once, as by the user's previous command
         walls: dict[str, list[float]] = {k: [] for k in commands}
         names = list(commands)
@@ -75,6 +84,9 @@ def main() -> int:
     floor = m["python -c pass"]
     print(f"medians of {args.reps} interleaved runs, wall s (a fresh process each):")
     for name, wall in m.items():
+        if name.startswith("before: "):
+            print(f"  {name:<24}{wall:>7.3f}   {ratio(wall, floor)}× bare python")
+            continue
         bad = [x for x in imported.get(name, []) if x in FORBIDDEN]
         extra = "" if name == "python -c pass" else (
             f"   {ratio(wall, floor)}× bare python; forbidden imports: {', '.join(bad) or 'none'}"

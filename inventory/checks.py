@@ -36,9 +36,9 @@ def _clash_key(task_type: str, other: str) -> PathKey:
 
 
 def _clash_hint(inv: Inventory, host: str, task_type: str, other: str) -> str:
-    ports = inv.job.ports
+    first_ps = inv.job.ports.ps
     n_ps = inv.host(host).ps
-    if {task_type, other.split(":")[0]} == {"ps", "worker"}:
-        return (f"this host runs {n_ps} ps on ports {ports.ps}..{ports.ps + n_ps - 1}: "
-                f"set job.ports.worker to {ports.ps + n_ps} or higher")
+    if {task_type, other.split(":")[0]} == {"ps", "worker"} and first_ps is not None:
+        return (f"this host runs {n_ps} ps on ports {first_ps}..{first_ps + n_ps - 1}: "
+                f"set job.ports.worker to {first_ps + n_ps} or higher")
     return "give each task type its own port range under job.ports (and job.tensorboard.port)"

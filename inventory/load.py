@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tfctl.inventory import model, schema
+from tfctl.inventory import model, schema, strategy
 from tfctl.inventory.errors import InventoryError
 from tfctl.inventory.hostfile import read_hostfile
 from tfctl.inventory.yamlmarks import PathKey, format_path, load_with_lines
@@ -131,7 +131,8 @@ _MODELS: dict[str, type[BaseModel]] = {
     "": schema.FileSpec, "defaults": schema.DefaultsSpec, "hosts": schema.HostSpec,
     "job": schema.JobSpec, "evaluator": schema.EvaluatorSpec,
     "tensorboard": schema.TensorBoardSpec, "ports": schema.PortsSpec, "sync": schema.SyncSpec,
-    "restart": schema.RestartSpec,
+    "restart": schema.RestartSpec, "task_args": schema.TaskArgsSpec,
+    "task_env": schema.TaskEnvSpec,
 }
 
 
@@ -151,7 +152,11 @@ _EXAMPLES = {
     "ps": "write how many parameter servers run on this host, e.g. `ps: 1` (0 allowed)",
     "env": 'write a mapping of strings, e.g. `env: {TF_CPP_MIN_LOG_LEVEL: "1"}`',
     "args": "write a list of strings, e.g. `args: [--batch_size=32]`",
-    "style": "write `style: tf_config` or `style: flags`",
+    "style": "write `style: tf_config` or `style: flags` (or leave it to `strategy:`)",
+    "task_args": "write lists by task type, e.g. `task_args: {worker: [--batch_size=16]}`",
+    "task_env": 'write mappings by task type, e.g. `task_env: {ps: {TF_CPP_MIN_LOG_LEVEL: "2"}}`',
+    "strategy": "write one of `strategy: flags`, `parameter_server`, `multi_worker_mirrored`, "
+                "`mirrored` or `custom` (README: Which strategy?)",
     "workers": "write `workers: per_gpu` or `workers: per_host`",
     "chief": "write `chief: true` (first host), `chief: false`, or a host name",
     "sync": "write `sync: false` or a mapping like `sync: {source: ., exclude: [.git]}`",
@@ -165,10 +170,13 @@ _EXAMPLES = {
 
 def _type_hint(loc: PathKey) -> str:
     key = next((p for p in reversed(loc) if isinstance(p, str)), "")
+    if key in {"ps", "worker", "chief"} and "ports" in loc:
+        return "write a port number from 1 to 65535 (or `none` with `strategy: custom`)"
+    for section in ("task_args", "task_env"):
+        if section in loc:
+            return _EXAMPLES[section]
     if key in _EXAMPLES:
         return _EXAMPLES[key]
-    if key in {"ps", "worker", "chief"} and "ports" in loc:
-        return "write a port number from 1 to 65535"
     return "see the inventory format in README.md"
 
 
@@ -206,7 +214,17 @@ class _Resolver:
         from tfctl.inventory.checks import check_ports
 
         check_ports(inv, self.error)
+        self._check_rules(inv)
         return inv
+
+    def _check_rules(self, inv: model.Inventory) -> None:
+        """Refuse what TensorFlow would refuse (or hang on) at run time: see rules.py."""
+        from tfctl.inventory.plan import make_plan
+        from tfctl.inventory.rules import refusals
+
+        for finding in refusals(make_plan(inv)):
+            where = next((k for k in finding.keys if k in self.lines), finding.keys[0])
+            raise self.error(where, finding.message, finding.hint)
 
     def _hostfile_path(self) -> str | None:
         if not self.hostfile:
@@ -228,6 +246,7 @@ class _Resolver:
             value = getattr(h, key)
             return value if value is not None else getattr(d, key)
 
+        strategy.check_host(i, h, self.spec.job.strategy, self.error)
         env = dict(d.env or {})
         env.update(h.env or {})
         workdir = pick("workdir") or BUILTIN_DEFAULTS["workdir"].format(name=self.spec.name)
@@ -237,7 +256,8 @@ class _Resolver:
             identity_file=pick("identity_file"),
             known_hosts=pick("known_hosts") or BUILTIN_DEFAULTS["known_hosts"],
             jump=pick("jump"), workdir=workdir, python=pick("python") or "python3", env=env,
-            gpus=gpus, ps=h.ps, cpu_workers=h.cpu_workers, transport=transport,
+            gpus=gpus, ps=strategy.host_ps(i, h, self.spec.job.strategy, self.error),
+            args=tuple(h.args), cpu_workers=h.cpu_workers, transport=transport,
             shared_fs=h.shared_fs,
             line=self.lines.get(("hosts", i), 0),
         )
@@ -264,7 +284,9 @@ class _Resolver:
 
     def _job(self, names: set[str], hosts: tuple[model.Host, ...]) -> model.Job:
         j = self.spec.job
-        chief = self._chief(j, names, hosts)
+        style = strategy.resolve_style(j, self.error)
+        strategy.check_chief(j, self.error)
+        chief = self._chief(j, style, names, hosts)
         evaluator = tensorboard = None
         if j.evaluator is not None:
             self._known_host(("job", "evaluator", "host"), j.evaluator.host, names)
@@ -280,18 +302,22 @@ class _Resolver:
         restart = model.RestartPolicy(
             policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff)
         return model.Job(
-            script=j.script, args=tuple(j.args), style=j.style, workers=j.workers, chief=chief,
+            script=j.script, args=tuple(j.args), style=style,
+            workers=strategy.resolve_workers(j, self.error), strategy=j.strategy, chief=chief,
             evaluator=evaluator, tensorboard=tensorboard,
-            ports=model.Ports(j.ports.ps, j.ports.worker, j.ports.chief), sync=sync,
+            ports=strategy.resolve_ports(j, self.error), sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
+            task_args=strategy.task_args(j), task_env=strategy.task_env(j),
         )
 
-    def _chief(self, j: schema.JobSpec, names: set[str],
+    def _chief(self, j: schema.JobSpec, style: model.Style, names: set[str],
                hosts: tuple[model.Host, ...]) -> str | None:
         if j.chief is False:
             return None
-        if j.style == "flags":
-            raise self.error(("job", "chief"), "a chief task exists only with `style: tf_config`",
+        if style == "flags":
+            what = "strategy flags has no chief task" if j.strategy else \
+                "a chief task exists only with `style: tf_config`"
+            raise self.error(("job", "chief"), what,
                              "remove `chief:` (with flags, worker 0 is the chief)")
         if j.chief is True:
             return hosts[0].name

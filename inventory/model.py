@@ -11,7 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Style = Literal["tf_config", "flags"]
+Style = Literal["tf_config", "flags", "none"]
+"""How a task learns the cluster: TF_CONFIG, the classic flags, or not at all (`mirrored`)."""
+Strategy = Literal["flags", "parameter_server", "multi_worker_mirrored", "mirrored", "custom"]
+"""What the training script does with the cluster; decides the style and which rules apply."""
+STRATEGY_STYLE: Mapping[str, Style] = {
+    "flags": "flags", "parameter_server": "tf_config", "multi_worker_mirrored": "tf_config",
+    "mirrored": "none", "custom": "tf_config",
+}
+SCRIPT_TYPES = ("ps", "worker", "chief")
+"""Task types that run `job.script` (so host and per-type `args` apply to them)."""
 WorkerLayout = Literal["per_gpu", "per_host"]
 Transport = Literal["ssh", "local"]
 RestartMode = Literal["never", "on-failure", "always"]
@@ -46,6 +55,8 @@ class Host:
     """Selected GPU indices; empty for a CPU-only host."""
     ps: int
     """Parameter servers started on this host."""
+    args: tuple[str, ...] = ()
+    """Appended to `job.args` for the tasks here that run `job.script` (ps, workers, chief)."""
     cpu_workers: int = 1
     """Workers on a CPU-only host (each with an empty mask); GPU hosts derive them from `gpus`."""
     transport: Transport = "ssh"
@@ -71,9 +82,11 @@ class TensorBoard:
 
 @dataclass(frozen=True)
 class Ports:
-    ps: int = 2222
-    worker: int = 2223
-    chief: int = 2220
+    """First port of each task type; None: tasks of that type open no port (`custom` only)."""
+
+    ps: int | None = 2222
+    worker: int | None = 2223
+    chief: int | None = 2220
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,8 @@ class Job:
     args: tuple[str, ...] = ()
     style: Style = "tf_config"
     workers: WorkerLayout = "per_gpu"
+    strategy: Strategy | None = None
+    """The `job.strategy` written in the file; None for an old file that gives only `style`."""
     chief: str | None = None
     """The host that runs `chief:0`, or None for no chief."""
     evaluator: Evaluator | None = None
@@ -111,6 +126,10 @@ class Job:
     setup: tuple[str, ...] = ()
     setup_inputs: tuple[str, ...] = ()
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    task_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per task type (ps, worker, chief): appended after `args` and the host's `args`."""
+    task_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per task type (any of TASK_TYPES): set after the host's env, so it wins over it."""
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,25 @@ Ordering follows the classic machinefile convention: hosts in file order; on eac
 parameter servers (ports `ports.ps` + local index) and its workers (one per selected GPU, or one
 per host; ports `ports.worker` + local index). So with hosts titan (4 GPUs) and gtx970 ([0]),
 ps_hosts is `titan:2222,gtx970:2222` and worker_hosts `titan:2223..2226,gtx970:2223`.
+
+`job.strategy` changes three things here: under multi_worker_mirrored the chief is a training
+worker, so it takes its host's first worker slot (mask and all) instead of an empty mask; under
+mirrored each host runs one worker on all its GPUs with no port and no cluster; a task type whose
+port is None (`custom` with `ports.<type>: none`) opens no port and is left out of the cluster
+spec, as the evaluator always is. TensorFlow's rules are checked on the finished plan
+(`rules.py`): the loader refuses what they forbid, and their warnings ride on `Plan.warnings`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfctl.inventory import rules
 from tfctl.inventory.model import Host, Inventory
 
 TaskType = str  # "ps" | "worker" | "chief" | "evaluator" | "tensorboard"
@@ -41,7 +50,8 @@ class Task:
     host: str
     address: str
     port: int | None
-    """The port it serves on (TF gRPC or TensorBoard HTTP); None for the evaluator."""
+    """The port it serves on (TF gRPC or TensorBoard HTTP); None when it opens none: the
+    evaluator, mirrored workers, and types given `ports.<type>: none` (strategy custom)."""
     cuda_visible_devices: str
     """The device mask: "" for CPU-only tasks (ps, evaluator, TensorBoard, CPU hosts)."""
     env: Mapping[str, str]
@@ -98,6 +108,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.inventory.name,
+            "strategy": self.inventory.job.strategy,
             "style": self.inventory.job.style,
             "cluster": {k: list(v) for k, v in self.cluster.items()},
             "tasks": [t.to_json() for t in self.tasks],
@@ -119,28 +130,33 @@ class _Slot:
 def make_plan(inv: Inventory) -> Plan:
     slots = _cluster_slots(inv)
     cluster = {
-        t: [f"{s.host.address}:{s.port}" for s in slots if s.type == t]
+        t: [f"{s.host.address}:{s.port}" for s in slots if s.type == t and s.port is not None]
         for t in CLUSTER_TYPES
-        if any(s.type == t for s in slots)
+        if any(s.type == t and s.port is not None for s in slots)
     }
     tasks = [_cluster_task(inv, s, cluster) for s in slots]
     tasks += _side_tasks(inv, cluster)
     tasks.sort(key=lambda t: LAUNCH_ORDER.index(t.type))
-    return Plan(inventory=inv, tasks=tuple(tasks), cluster=cluster, warnings=_warnings(inv))
+    plan = Plan(inventory=inv, tasks=tuple(tasks), cluster=cluster)
+    return dataclasses.replace(plan, warnings=rules.warnings(plan))
 
 
 def _cluster_slots(inv: Inventory) -> list[_Slot]:
     job = inv.job
+    base = _first_ports(inv)
     slots: list[_Slot] = []
     for host in inv.hosts:
         for i in range(host.ps):
-            slots.append(_Slot("ps", 0, host, job.ports.ps + i, ""))
+            slots.append(_Slot("ps", 0, host, _port(base["ps"], i), ""))
     for host in inv.hosts:
         for i, mask in enumerate(worker_masks(host, job.workers)):
-            slots.append(_Slot("worker", 0, host, job.ports.worker + i, mask))
+            slots.append(_Slot("worker", 0, host, _port(base["worker"], i), mask))
     if job.chief is not None:
         chief_host = inv.host(job.chief)
-        slots.append(_Slot("chief", 0, chief_host, job.ports.chief, _chief_mask(chief_host)))
+        mask = _chief_mask(chief_host)
+        if job.strategy == "multi_worker_mirrored":
+            mask = _take_first_worker_slot(slots, chief_host, base["worker"])
+        slots.append(_Slot("chief", 0, chief_host, base["chief"], mask))
     counters: dict[str, int] = {}
     numbered = []
     for s in slots:
@@ -148,6 +164,31 @@ def _cluster_slots(inv: Inventory) -> list[_Slot]:
         counters[s.type] = n + 1
         numbered.append(_Slot(s.type, n, s.host, s.port, s.mask))
     return numbered
+
+
+def _first_ports(inv: Inventory) -> dict[str, int | None]:
+    """Each cluster type's first port; all None under mirrored, whose processes never meet."""
+    ports = inv.job.ports
+    if inv.job.style == "none":
+        return {"ps": None, "worker": None, "chief": None}
+    return {"ps": ports.ps, "worker": ports.worker, "chief": ports.chief}
+
+
+def _port(base: int | None, offset: int) -> int | None:
+    return None if base is None else base + offset
+
+
+def _take_first_worker_slot(slots: list[_Slot], host: Host, worker_port: int | None) -> str:
+    """Under MultiWorkerMirroredStrategy the chief is a worker that also saves checkpoints: it
+    takes over its host's first worker slot (GPU mask included), so every device still trains
+    exactly once and every training task keeps the same devices. The host's other workers keep
+    their order and ports, renumbered from `ports.worker`."""
+    mine = [i for i, s in enumerate(slots) if s.type == "worker" and s.host.name == host.name]
+    taken = slots.pop(mine[0])
+    for local, i in enumerate(mine[1:]):
+        s = slots[i - 1]
+        slots[i - 1] = _Slot("worker", 0, s.host, _port(worker_port, local), s.mask)
+    return taken.mask
 
 
 def worker_masks(host: Host, layout: str) -> list[str]:
@@ -161,18 +202,19 @@ def worker_masks(host: Host, layout: str) -> list[str]:
 
 def _chief_mask(host: Host) -> str:
     # The ParameterServerStrategy coordinator only dispatches work: keep it off the GPUs.
+    # (multi_worker_mirrored gives its chief a worker's mask instead: `_take_first_worker_slot`.)
     return ""
 
 
 def _cluster_task(inv: Inventory, s: _Slot, cluster: Mapping[str, list[str]]) -> Task:
     job = inv.job
-    env = _task_env(s.host, s.mask)
-    argv = [s.host.python, job.script, *job.args]
+    env = _task_env(inv, s.host, s.type, s.mask)
+    argv = [s.host.python, job.script, *script_args(inv, s.host, s.type)]
     if job.style == "tf_config":
         env["TF_CONFIG"] = tf_config(cluster, s.type, s.index)
         if "ps" in cluster:
             env.setdefault("GRPC_FAIL_FAST", "use_caller")
-    else:
+    elif job.style == "flags":
         argv += classic_flags(cluster, s.type, s.index)
     return Task(s.type, s.index, s.host.name, s.host.address, s.port, s.mask, env,
                 s.host.workdir, tuple(argv))
@@ -184,7 +226,7 @@ def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]]) -> list[Task]:
     if job.evaluator is not None:
         ev = job.evaluator
         host = inv.host(ev.host)
-        env = _task_env(host, "")
+        env = _task_env(inv, host, "evaluator", "")
         argv = [host.python, ev.script, *ev.args]
         if job.style == "tf_config":
             env["TF_CONFIG"] = tf_config(cluster, "evaluator", 0)
@@ -193,7 +235,7 @@ def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]]) -> list[Task]:
     if job.tensorboard is not None:
         tb = job.tensorboard
         host = inv.host(tb.host)
-        env = _task_env(host, "")
+        env = _task_env(inv, host, "tensorboard", "")
         argv = [host.python, "-m", "tensorboard.main", f"--logdir={tb.logdir}",
                 "--host=127.0.0.1", f"--port={tb.port}"]
         tasks.append(Task("tensorboard", 0, host.name, host.address, tb.port, "", env,
@@ -201,9 +243,18 @@ def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]]) -> list[Task]:
     return tasks
 
 
-def _task_env(host: Host, mask: str) -> dict[str, str]:
+def script_args(inv: Inventory, host: Host, task_type: str) -> list[str]:
+    """What follows `job.script`: `job.args`, then the host's `args`, then `job.task_args` of
+    the task's type (later wins with argparse, so the most specific value comes last)."""
+    return [*inv.job.args, *host.args, *inv.job.task_args.get(task_type, ())]
+
+
+def _task_env(inv: Inventory, host: Host, task_type: str, mask: str) -> dict[str, str]:
+    """tfctl's base env, then `defaults.env` and the host's `env`, then `job.task_env` of the
+    task's type; the mask (and TF_CONFIG, set by the caller) are tfctl's and always win."""
     env = dict(BASE_ENV)
     env.update(host.env)
+    env.update(inv.job.task_env.get(task_type, {}))
     env["CUDA_VISIBLE_DEVICES"] = mask
     return env
 
@@ -223,22 +274,3 @@ def classic_flags(cluster: Mapping[str, list[str]], task_type: str, index: int) 
         f"--job_name={task_type}",
         f"--task_index={index}",
     ]
-
-
-def _warnings(inv: Inventory) -> tuple[str, ...]:
-    out = []
-    job = inv.job
-    if job.style == "tf_config" and not job.chief and any(h.ps for h in inv.hosts):
-        out.append(
-            "style tf_config with parameter servers but no chief: ParameterServerStrategy "
-            "needs `chief: true`; for MultiWorkerMirroredStrategy set `ps: 0` on every host."
-        )
-    if job.style == "tf_config" and job.chief and any(h.ps for h in inv.hosts):
-        hosts = {h.name for h in inv.hosts if h.ps} | {job.chief}
-        if len(hosts) > 1:
-            out.append(
-                "ParameterServerStrategy writes checkpoints from every ps host: the checkpoint "
-                "dir must be one absolute path on a filesystem shared by "
-                + ", ".join(sorted(hosts)) + " (NFS); a host-local dir makes the save fail."
-            )
-    return tuple(out)

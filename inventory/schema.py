@@ -11,19 +11,24 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from tfctl.inventory.model import Strategy
+
 Port = int
 # A variable name as a shell and execve() accept it (no `=`, no NUL, not empty).
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # What execve() can carry: anything but NUL.
 Arg = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
+Env = dict[EnvName, Arg]
+# A task port, or `none`/`null`: tasks of that type open no port (only `strategy: custom`).
+TaskPort = int | Literal["none"] | None
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _check_port(value: int | None) -> int | None:
-    if value is not None and not 1 <= value <= 65535:
+def _check_port(value: int | str | None) -> int | str | None:
+    if isinstance(value, int) and not 1 <= value <= 65535:
         raise ValueError("a port is a number from 1 to 65535")
     return value
 
@@ -53,7 +58,10 @@ class HostSpec(SshSpec):
     # Never starting with `-`: an address must not be readable as an ssh/rsync option.
     address: str | None = Field(default=None, min_length=1, pattern=r"^[^-\s][^\s]*$")
     gpus: int | list[int] = 0
-    ps: int = Field(default=1, ge=0, le=64)
+    # None: the strategy's default (0 for multi_worker_mirrored and mirrored, else 1).
+    ps: int | None = Field(default=None, ge=0, le=64)
+    # Appended to job.args for this host's ps, workers and chief (e.g. a smaller batch here).
+    args: list[Arg] = []
     cpu_workers: int = Field(default=1, ge=1, le=64)
     shared_fs: bool = False
 
@@ -82,9 +90,11 @@ class TensorBoardSpec(_Strict):
 
 
 class PortsSpec(_Strict):
-    ps: int = 2222
-    worker: int = 2223
-    chief: int = 2220
+    """First port per task type; `none` (or `null`): that type opens no port (`custom` only)."""
+
+    ps: TaskPort = 2222
+    worker: TaskPort = 2223
+    chief: TaskPort = 2220
 
     _ports = field_validator("ps", "worker", "chief")(classmethod(lambda cls, v: _check_port(v)))
 
@@ -106,11 +116,41 @@ class RestartSpec(_Strict):
     backoff: float = Field(default=2.0, ge=0, le=3600)
 
 
+class TaskArgsSpec(_Strict):
+    """`job.task_args`: per task type running `job.script`, appended after the host's `args`."""
+
+    ps: list[Arg] = []
+    worker: list[Arg] = []
+    chief: list[Arg] = []
+
+
+class TaskEnvSpec(_Strict):
+    """`job.task_env`: per task type, set over `defaults.env` and the host's `env`."""
+
+    ps: Env = {}
+    worker: Env = {}
+    chief: Env = {}
+    evaluator: Env = {}
+    tensorboard: Env = {}
+
+
 class JobSpec(_Strict):
+    """`job:`. `strategy` says what the script does with the cluster, and so which of
+    TensorFlow's rules the plan enforces; it implies `style` (flags → flags; parameter_server,
+    multi_worker_mirrored, custom → tf_config; mirrored → nothing handed over). Old files give
+    only `style` (default tf_config) and are planned exactly as before, without the rules.
+    `workers` defaults to per_gpu (per_host for mirrored).
+
+    Overrides for a heterogeneous lab: a host's `args` follow `args` for its ps, workers and
+    chief, and `task_args: {worker: [...]}` follow those for every task of that type; a task's
+    env is `defaults.env`, then its host's `env`, then `task_env: {ps: {...}}` of its type.
+    `ports.<type>: none` (strategy custom only) starts that type without a port."""
+
     script: str = Field(min_length=1)
     args: list[Arg] = []
-    style: Literal["tf_config", "flags"] = "tf_config"
-    workers: Literal["per_gpu", "per_host"] = "per_gpu"
+    strategy: Strategy | None = None
+    style: Literal["tf_config", "flags"] | None = None
+    workers: Literal["per_gpu", "per_host"] | None = None
     chief: bool | str = False
     evaluator: EvaluatorSpec | None = None
     tensorboard: TensorBoardSpec | None = None
@@ -119,6 +159,8 @@ class JobSpec(_Strict):
     setup: list[str] = []
     setup_inputs: list[str] = []
     restart: RestartSpec = RestartSpec()
+    task_args: TaskArgsSpec = TaskArgsSpec()
+    task_env: TaskEnvSpec = TaskEnvSpec()
 
 
 class FileSpec(_Strict):

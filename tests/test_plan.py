@@ -29,14 +29,16 @@ def test_plan_json_gives_classic_host_strings() -> None:
     assert ",".join(data["cluster"]["ps"]) == PS_HOSTS
     assert ",".join(data["cluster"]["worker"]) == WORKER_HOSTS
     names = [t["name"] for t in data["tasks"]]
-    assert names == ["ps:0", "ps:1", *[f"worker:{i}" for i in range(5)], "evaluator:0",
-                     "tensorboard:0"]
+    assert names == ["ps:0", "ps:1", *[f"worker:{i}" for i in range(5)], "chief:0",
+                     "evaluator:0", "tensorboard:0"]
+    assert data["strategy"] == "parameter_server" and data["style"] == "tf_config"
     for t in data["tasks"]:
         assert {"name", "type", "index", "host", "address", "port", "cuda_visible_devices",
                 "env", "cwd", "command"} <= set(t)
     masks = {t["name"]: t["cuda_visible_devices"] for t in data["tasks"]}
     assert masks == {"ps:0": "", "ps:1": "", "worker:0": "0", "worker:1": "1", "worker:2": "2",
-                     "worker:3": "3", "worker:4": "0", "evaluator:0": "", "tensorboard:0": ""}
+                     "worker:3": "3", "worker:4": "0", "chief:0": "", "evaluator:0": "",
+                     "tensorboard:0": ""}
 
 
 def test_plan_table_prints_host_strings() -> None:

@@ -1,0 +1,191 @@
+"""TensorFlow's rules per `job.strategy`: each refusal is located (FILE:LINE: key: what — fix)
+and exits 2 from `tfctl plan`; each warning rides on the plan; an old file is held to none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tfctl.inventory import InventoryError, make_plan, parse_inventory
+from tfctl.inventory.model import Host, Inventory, Job
+from tfctl.inventory.rules import refusals
+
+
+def yaml_text(hosts: str, job: str) -> str:
+    """An inventory with `hosts` (YAML list items) and `job` (YAML mapping lines)."""
+    return (f"name: lab\nhosts:\n{textwrap.indent(textwrap.dedent(hosts).strip(), '  ')}\n"
+            f"job:\n  script: train.py\n{textwrap.indent(textwrap.dedent(job).strip(), '  ')}\n")
+
+
+TITAN_GTX = """
+- name: titan
+  gpus: 4
+- name: gtx970
+  gpus: [0]
+"""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A file TensorFlow would fail on; `at` is text on the line the error must name."""
+
+    id: str
+    text: str
+    key: str
+    at: str
+    words: str
+    fix: str
+
+    @property
+    def line(self) -> int:
+        return next(n for n, line in enumerate(self.text.splitlines(), 1) if self.at in line)
+
+
+REFUSALS = [
+    Refusal("ps-without-chief", yaml_text(TITAN_GTX, "strategy: parameter_server"),
+            "job.strategy", "strategy: parameter_server", "never ends", "add `chief: true`"),
+    Refusal("ps-chief-false", yaml_text(TITAN_GTX, "strategy: parameter_server\nchief: false"),
+            "job.chief", "chief: false", "needs a chief", "add `chief: true`"),
+    Refusal("ps-without-ps",
+            yaml_text("- {name: a, gpus: 1, ps: 0}\n- {name: b, gpus: 1, ps: 0}",
+                      "strategy: parameter_server\nchief: true"),
+            "hosts[0].ps", "name: a", "There must be at least one ps.", "set `ps: 1`"),
+    Refusal("ps-per-host-unequal-gpus",
+            yaml_text(TITAN_GTX, "strategy: parameter_server\nchief: true\nworkers: per_host"),
+            "job.workers", "workers: per_host", "Mismatched number of GPUs per worker",
+            "use `workers: per_gpu`"),
+    Refusal("mwms-cpu-next-to-gpus",
+            yaml_text(TITAN_GTX + "- name: cpubox\n", "strategy: multi_worker_mirrored"),
+            "hosts[2]", "name: cpubox", "worker:5 on cpubox has CPU only",
+            "give cpubox GPUs, or take it out of `hosts:`"),
+    Refusal("mwms-cpu-with-gpus-key",
+            yaml_text("- {name: a, gpus: 2}\n- {name: b, gpus: 2}\n- {name: c, gpus: 0}",
+                      "strategy: multi_worker_mirrored"),
+            "hosts[2].gpus", "name: c", "same number of devices", "give c GPUs"),
+    Refusal("mwms-gpu-among-cpus",
+            yaml_text("- {name: a}\n- {name: b}\n- {name: g, gpus: 1}",
+                      "strategy: multi_worker_mirrored"),
+            "hosts[2].gpus", "name: g", "worker:2 on g has 1 GPU", "set `gpus: 0` on g"),
+    Refusal("mwms-per-host-4-and-1",
+            yaml_text(TITAN_GTX, "strategy: multi_worker_mirrored\nworkers: per_host"),
+            "job.workers", "workers: per_host", "has 1 GPU and worker:0 on titan has 4 GPUs",
+            "use `workers: per_gpu`"),
+    Refusal("mwms-explicit-ps",
+            yaml_text("- {name: a, gpus: 1}\n- name: b\n  gpus: 1\n  ps: 1",
+                      "strategy: multi_worker_mirrored"),
+            "hosts[1].ps", "ps: 1", "has no parameter servers", "remove `ps:`"),
+    Refusal("mirrored-explicit-ps", yaml_text("- {name: a, gpus: 2, ps: 2}", "strategy: mirrored"),
+            "hosts[0].ps", "ps: 2", "has no parameter servers", "remove `ps:`"),
+    Refusal("mirrored-chief", yaml_text(TITAN_GTX, "strategy: mirrored\nchief: true"),
+            "job.chief", "chief: true", "there is no chief", "remove `chief:`"),
+    Refusal("mirrored-per-gpu", yaml_text(TITAN_GTX, "strategy: mirrored\nworkers: per_gpu"),
+            "job.workers", "workers: per_gpu", "one process per host", "remove `workers:`"),
+    Refusal("mirrored-cpu-workers",
+            yaml_text("- name: a\n  cpu_workers: 2", "strategy: mirrored"),
+            "hosts[0].cpu_workers", "cpu_workers: 2", "one process per host",
+            "remove `cpu_workers:`"),
+    Refusal("flags-without-ps", yaml_text("- {name: a, gpus: 2, ps: 0}", "strategy: flags"),
+            "hosts[0].ps", "name: a", "trains a model of its own", "set `ps: 1`"),
+    Refusal("flags-chief", yaml_text(TITAN_GTX, "strategy: flags\nchief: true"),
+            "job.chief", "chief: true", "strategy flags has no chief", "remove `chief:`"),
+    Refusal("style-contradicts-strategy",
+            yaml_text(TITAN_GTX, "strategy: flags\nstyle: tf_config\nchief: false"),
+            "job.style", "style: tf_config", "contradicts `strategy: flags`", "remove `style:`"),
+    Refusal("style-with-mirrored", yaml_text(TITAN_GTX, "strategy: mirrored\nstyle: flags"),
+            "job.style", "style: flags", "hands its processes no cluster", "remove `style:`"),
+    Refusal("port-none-with-ps",
+            yaml_text(TITAN_GTX, "strategy: parameter_server\nchief: true\n"
+                                 "ports: {ps: 2222, worker: none}"),
+            "job.ports.worker", "ports:", "cannot be reached",
+            "write a port number, e.g. `worker: 2223` (only `strategy: custom`"),
+    Refusal("port-null-without-strategy", yaml_text(TITAN_GTX, "ports:\n  chief: null"),
+            "job.ports.chief", "chief: null", "cannot be reached", "write a port number"),
+]
+
+
+def refused(text: str) -> InventoryError:
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(text, "c.yaml")
+    return info.value
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=lambda c: c.id)
+def test_each_refusal_is_located_with_its_fix(case: Refusal) -> None:
+    e = refused(case.text)
+    assert (e.line, e.key_path) == (case.line, case.key), str(e)
+    assert case.words in e.message, str(e)
+    assert case.fix in e.hint, str(e)
+    assert str(e).startswith(f"c.yaml:{case.line}: {case.key}: "), str(e)
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=lambda c: c.id)
+def test_tfctl_plan_exits_2_with_the_located_line(case: Refusal, tmp_path: Path) -> None:
+    f = tmp_path / "cluster.yaml"
+    f.write_text(case.text)
+    proc = subprocess.run([sys.executable, "-m", "tfctl.tui", "-i", str(f), "plan"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: {f}:{case.line}: {case.key}: "), proc.stderr
+    assert f" — {case.fix}" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+
+
+def test_refusals_are_pure_functions_of_the_plan() -> None:
+    """No file needed: a hand-built Inventory's plan names the rule and where to point."""
+    hosts = (Host("titan", "titan", None, None, None, "~/.ssh/known_hosts", None, "~/w",
+                  "python3", {}, (0, 1, 2, 3), 1),
+             Host("gtx970", "gtx970", None, None, None, "~/.ssh/known_hosts", None, "~/w",
+                  "python3", {}, (0,), 1))
+    job = Job("train.py", strategy="parameter_server", workers="per_host")
+    found = refusals(make_plan(Inventory("lab", hosts, job)))
+    assert [f.keys[0] for f in found] == [("job", "chief"), ("job", "workers")]
+    assert "Mismatched number of GPUs per worker" in found[1].message
+    ok = Job("train.py", strategy="parameter_server", workers="per_gpu", chief="titan")
+    assert refusals(make_plan(Inventory("lab", hosts, ok))) == []
+    old = Job("train.py", workers="per_host")  # no strategy: no rules, as before
+    assert refusals(make_plan(Inventory("lab", hosts, old))) == []
+
+
+def warnings_of(hosts: str, job: str) -> tuple[str, ...]:
+    return make_plan(parse_inventory(yaml_text(hosts, job))).warnings
+
+
+def test_flags_per_host_on_a_multi_gpu_host_warns_and_names_the_idle_gpus() -> None:
+    (w,) = warnings_of(TITAN_GTX, "strategy: flags\nworkers: per_host")
+    assert w.startswith("worker:0 on titan gets GPUs 0,1,2,3, but between-graph code pins its "
+                        "graph to one device: GPU 0 busy, GPUs 1–3 idle unless the script "
+                        "builds towers; use `workers: per_gpu`"), w
+    (w,) = warnings_of("- {name: a, gpus: [1, 3]}", "strategy: flags\nworkers: per_host")
+    assert "GPU 1 busy, GPU 3 idle" in w
+    assert warnings_of(TITAN_GTX, "strategy: flags") == ()
+
+
+def test_mirrored_on_several_hosts_says_they_train_apart() -> None:
+    (w,) = warnings_of(TITAN_GTX, "strategy: mirrored")
+    assert "2 independent trainings (titan, gtx970" in w and "multi_worker_mirrored" in w
+    assert warnings_of("- {name: a, gpus: 2}", "strategy: mirrored") == ()
+
+
+def test_parameter_server_keeps_the_shared_checkpoint_warning() -> None:
+    (w,) = warnings_of(TITAN_GTX, "strategy: parameter_server\nchief: true")
+    assert "filesystem shared by gtx970, titan" in w
+
+
+def test_custom_is_held_to_nothing() -> None:
+    inv = parse_inventory(yaml_text(TITAN_GTX + "- name: cpubox\n",
+                                    "strategy: custom\nworkers: per_host"))
+    plan = make_plan(inv)
+    assert refusals(plan) == [] and plan.warnings == ()
+
+
+def test_a_file_without_strategy_gets_exactly_the_old_warnings() -> None:
+    (w,) = warnings_of(TITAN_GTX, "style: tf_config")
+    assert w.startswith("style tf_config with parameter servers but no chief")
+    assert warnings_of(TITAN_GTX, "style: flags\nworkers: per_host") == ()
+    assert warnings_of(TITAN_GTX + "- name: cpubox\n", "chief: true\nworkers: per_host")[0] \
+        .startswith("ParameterServerStrategy writes checkpoints")
