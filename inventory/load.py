@@ -308,7 +308,18 @@ class _Resolver:
             ports=strategy.resolve_ports(j, self.error), sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
             task_args=strategy.task_args(j), task_env=strategy.task_env(j),
+            outputs=self._outputs(j),
         )
+
+    def _outputs(self, j: schema.JobSpec) -> tuple[str, ...]:
+        if j.outputs is None:
+            return (j.tensorboard.logdir if j.tensorboard else "out",)
+        for i, folder in enumerate(j.outputs):
+            parts = folder.replace("\\", "/").split("/")
+            if folder.startswith(("/", "~")) or ".." in parts:
+                raise self.error(("job", "outputs", i), f"`{folder}` is not inside the workdir",
+                                 "write a folder relative to the workdir, e.g. `out/train`")
+        return tuple(j.outputs)
 
     def _chief(self, j: schema.JobSpec, style: model.Style, names: set[str],
                hosts: tuple[model.Host, ...]) -> str | None:

@@ -130,6 +130,9 @@ class Job:
     """Per task type (ps, worker, chief): appended after `args` and the host's `args`."""
     task_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per task type (any of TASK_TYPES): set after the host's env, so it wins over it."""
+    outputs: tuple[str, ...] = ("out",)
+    """Folders the job writes, relative to the workdir: made on every host before launch,
+    brought home by `tfctl collect` (default: the TensorBoard logdir, else `out`)."""
 
 
 @dataclass(frozen=True)

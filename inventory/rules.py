@@ -157,15 +157,27 @@ def mirrored_hosts_train_apart(plan: Plan) -> list[str]:
 
 
 def ps_checkpoints_need_shared_fs(plan: Plan) -> list[str]:
+    """TF's default saver is sharded: every ps writes its shard into the checkpoint path on its
+    own host, and one of them merges the shards. With ps on several hosts that path must be one
+    every ps and the saving task see (docs/strategy-rules.md, "sharded checkpoints")."""
     job, hosts = plan.inventory.job, plan.inventory.hosts
-    if not job.chief or not any(h.ps for h in hosts):
+    saver = job.chief if job.chief else next(
+        (t.host for t in plan.tasks if t.type == "worker" and t.index == 0), None)
+    ps_hosts = {h.name for h in hosts if h.ps}
+    names = ps_hosts | ({saver} if saver else set())
+    if len(ps_hosts) < 1 or len(names) < 2:
         return []
-    names = {h.name for h in hosts if h.ps} | {job.chief}
-    if len(names) < 2:
+    if all(plan.inventory.host(name).shared_fs for name in names):
         return []
-    return ["ParameterServerStrategy writes checkpoints from every ps host: the checkpoint "
-            "dir must be one absolute path on a filesystem shared by "
-            + ", ".join(sorted(names)) + " (NFS); a host-local dir makes the save fail."]
+    outputs = ", ".join(job.outputs)
+    return [f"parameter servers on {len(ps_hosts)} host(s) ({', '.join(sorted(ps_hosts))}) "
+            f"and the saving task on {saver}: TensorFlow's default (sharded) checkpoint is "
+            "written by every ps on its own host and merged on one, so a host-local checkpoint "
+            f"dir (job.outputs: {outputs}) fails at the first save with `…_temp; No such file "
+            "or directory`. Either put it on a filesystem all of them see, as one absolute path "
+            f"(mark those hosts `shared_fs: true`), or save unsharded from the "
+            f"{'chief' if job.chief else 'worker 0'} (`Saver(sharded=False)` on its device, "
+            "as the bundled examples/train.py does)."]
 
 
 def _legacy_warnings(plan: Plan) -> tuple[str, ...]:
@@ -181,7 +193,7 @@ def _legacy_warnings(plan: Plan) -> tuple[str, ...]:
 
 _WARNINGS: dict[str, tuple[Callable[[Plan], list[str]], ...]] = {
     "parameter_server": (ps_checkpoints_need_shared_fs,),
-    "flags": (flags_per_host_idles_gpus,),
+    "flags": (flags_per_host_idles_gpus, ps_checkpoints_need_shared_fs),
     "mirrored": (mirrored_hosts_train_apart,),
 }
 

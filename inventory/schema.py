@@ -158,6 +158,9 @@ class JobSpec(_Strict):
     sync: SyncSpec | Literal[False] = SyncSpec()
     setup: list[str] = []
     setup_inputs: list[str] = []
+    # Folders (relative to the workdir) the job writes: created on every host before launch and
+    # brought home by `tfctl collect`. Default: the TensorBoard logdir, else `out`.
+    outputs: list[Annotated[str, StringConstraints(pattern=r"^[^\x00]+$")]] | None = None
     restart: RestartSpec = RestartSpec()
     task_args: TaskArgsSpec = TaskArgsSpec()
     task_env: TaskEnvSpec = TaskEnvSpec()

@@ -156,13 +156,44 @@ def warnings_of(hosts: str, job: str) -> tuple[str, ...]:
 
 
 def test_flags_per_host_on_a_multi_gpu_host_warns_and_names_the_idle_gpus() -> None:
-    (w,) = warnings_of(TITAN_GTX, "strategy: flags\nworkers: per_host")
+    w, checkpoint = warnings_of(TITAN_GTX, "strategy: flags\nworkers: per_host")
+    assert "sharded" in checkpoint  # ps on both hosts: the checkpoint warning comes too
     assert w.startswith("worker:0 on titan gets GPUs 0,1,2,3, but between-graph code pins its "
                         "graph to one device: GPU 0 busy, GPUs 1–3 idle unless the script "
                         "builds towers; use `workers: per_gpu`"), w
     (w,) = warnings_of("- {name: a, gpus: [1, 3]}", "strategy: flags\nworkers: per_host")
     assert "GPU 1 busy, GPU 3 idle" in w
-    assert warnings_of(TITAN_GTX, "strategy: flags") == ()
+    assert warnings_of(TITAN_GTX.replace("gpus: [0]", "gpus: [0]\n  ps: 0"),
+                       "strategy: flags") == ()
+
+
+@pytest.mark.parametrize(("hosts", "job", "warned"), [
+    (TITAN_GTX, "strategy: flags", True),  # ps on 2 hosts, no shared filesystem
+    (TITAN_GTX.replace("gpus: [0]", "gpus: [0]\n  ps: 0"), "strategy: flags", False),  # one ps
+    (TITAN_GTX.replace("gpus: 4", "gpus: 4\n  shared_fs: true").replace(
+        "gpus: [0]", "gpus: [0]\n  shared_fs: true"), "strategy: flags", False),
+    ("- {name: a, gpus: 1, ps: 0}\n- {name: b, gpus: 1}", "strategy: flags", True),  # ps on b,
+    # worker 0 (the saver) on a
+])
+def test_sharded_checkpoint_warning_names_both_ways_out(hosts: str, job: str,
+                                                        warned: bool) -> None:
+    found = [w for w in warnings_of(hosts, job) if "sharded" in w]
+    assert bool(found) is warned
+    if found:
+        assert "shared_fs: true" in found[0] and "unsharded from the worker 0" in found[0]
+
+
+def test_outputs_default_to_the_tensorboard_logdir_and_stay_in_the_workdir() -> None:
+    plain = parse_inventory(yaml_text("- {name: a, gpus: 1}", "strategy: flags"))
+    assert plain.job.outputs == ("out",)
+    tb = parse_inventory(yaml_text("- {name: a, gpus: 1}",
+                                   "strategy: flags\ntensorboard: {host: a, logdir: runs/tb}"))
+    assert tb.job.outputs == ("runs/tb",)
+    given = parse_inventory(yaml_text("- {name: a, gpus: 1}", "outputs: [out, ckpt]"))
+    assert given.job.outputs == ("out", "ckpt")
+    with pytest.raises(InventoryError,
+                       match=r"cluster.yaml:6: job\.outputs\[1\]: `\.\./x` is not inside"):
+        parse_inventory(yaml_text("- {name: a, gpus: 1}", "outputs: [out, ../x]"))
 
 
 def test_mirrored_on_several_hosts_says_they_train_apart() -> None:
@@ -173,7 +204,7 @@ def test_mirrored_on_several_hosts_says_they_train_apart() -> None:
 
 def test_parameter_server_keeps_the_shared_checkpoint_warning() -> None:
     (w,) = warnings_of(TITAN_GTX, "strategy: parameter_server\nchief: true")
-    assert "filesystem shared by gtx970, titan" in w
+    assert "(gtx970, titan)" in w and "on a filesystem all of them see" in w
 
 
 def test_custom_is_held_to_nothing() -> None:
@@ -188,4 +219,4 @@ def test_a_file_without_strategy_gets_exactly_the_old_warnings() -> None:
     assert w.startswith("style tf_config with parameter servers but no chief")
     assert warnings_of(TITAN_GTX, "style: flags\nworkers: per_host") == ()
     assert warnings_of(TITAN_GTX + "- name: cpubox\n", "chief: true\nworkers: per_host")[0] \
-        .startswith("ParameterServerStrategy writes checkpoints")
+        .startswith("parameter servers on 3 host(s)")
