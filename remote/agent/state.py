@@ -131,6 +131,18 @@ def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any],
     return out
 
 
+# A task that opens no port (single-process MirroredStrategy, a plain script) counts as started
+# once it has run this long without exiting: long enough for a bad argument, a missing module or
+# a crash at import to show as a failed start, short next to TensorFlow's own start.
+PORTLESS_SETTLE_S = 5.0
+
+
+def settled(pid_rec: dict[str, Any] | None, now_s: float | None = None) -> bool:
+    """The task's current process has run at least PORTLESS_SETTLE_S."""
+    started = (pid_rec or {}).get("started_at")
+    return started is not None and (now_s or time.time()) - float(started) >= PORTLESS_SETTLE_S
+
+
 def wait_for_ports(run_dir: str, run_id: str, manifest: dict[str, Any],
                    names: list[str] | None, timeout_s: float) -> dict[str, Any]:
     """Wait until each task listens on its port (or runs, if it has none), ends, or time is up."""
@@ -143,6 +155,8 @@ def wait_for_ports(run_dir: str, run_id: str, manifest: dict[str, Any],
             port = next(t.get("port") for t in pending if t["name"] == name)
             exit_rec = obs["exit"] or {}
             if obs["state"] == "running":
+                if not port and not settled(obs["pid"]):
+                    continue  # no port to wait for: up once it has run a while without dying
                 results[name] = {"state": "listening" if port else "running", "port": port,
                                  "pid": obs["listening_pid"] or (obs["pid"] or {}).get("pid")}
             elif obs["state"] in ENDED:

@@ -5,7 +5,7 @@ A full look at a run's tasks (`agent_state.observe`: every /proc entry's environ
 /proc/net/tcp) costs ~10 ms, and polling it every 0.1 s on 16 lab hosts that share two cores ate
 most of their CPU while the tasks were starting. Between full looks this waits on cheap signals:
 an exit record appearing, the task's port accepting a connection on 127.0.0.1 (what a peer would
-do), a pid record for a task without a port. A full look every second still catches a task that
+do), a pid record old enough for a task without a port (`state.settled`). A full look every second still catches a task that
 listens on another address only.
 """
 
@@ -15,8 +15,8 @@ import os
 import time
 from typing import Any
 
-from tfctl.remote.agent.run import task_file
-from tfctl.remote.agent.state import wait_for_ports
+from tfctl.remote.agent.run import read_json, task_file
+from tfctl.remote.agent.state import settled, wait_for_ports
 
 FULL_LOOK_EVERY_S = 1.0
 
@@ -58,7 +58,7 @@ def _may_be_up(run_dir: str, tasks: list[dict[str, Any]], probe_ports: bool) -> 
             return True
     return probe_ports and all(
         _accepts(int(t["port"])) if t.get("port") else
-        os.path.exists(task_file(run_dir, t["name"], ".pid.json")) for t in tasks)
+        settled(read_json(task_file(run_dir, t["name"], ".pid.json"))) for t in tasks)
 
 
 def _accepts(port: int) -> bool:
