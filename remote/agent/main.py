@@ -41,6 +41,7 @@ from tfctl.remote.agent.run import (
 )
 from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses
 from tfctl.remote.agent.sync import put_files, sync_diff
+from tfctl.remote.agent.tfprobe import tf_probe
 from tfctl.remote.agent.wait import wait_until_up
 from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK
 
@@ -70,15 +71,17 @@ def op_probe(req: dict[str, Any]) -> dict[str, Any]:
 
         site.main()
 
-    tf_version = None
+    installed = {}
     for dist in TF_DISTRIBUTIONS:
         try:
-            tf_version = metadata.version(dist)
-            break
+            installed[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
+    tf_version = next(iter(installed.values()), None)
     workdir = req.get("workdir")
+    tensorflow = tf_probe(installed, bool(req.get("fresh"))) if req.get("ask_tf") else None
     return {
+        "tensorflow": tensorflow, "tf_distributions": installed,
         "python": sys.version.split()[0], "executable": sys.executable, "tf_version": tf_version,
         "nvidia_smi": shutil.which("nvidia-smi"), "home": os.path.expanduser("~"),
         "workdir": None if workdir is None else expand(workdir),

@@ -5,8 +5,8 @@ A full look at a run's tasks (`agent_state.observe`: every /proc entry's environ
 /proc/net/tcp) costs ~10 ms, and polling it every 0.1 s on 16 lab hosts that share two cores ate
 most of their CPU while the tasks were starting. Between full looks this waits on cheap signals:
 an exit record appearing, the task's port accepting a connection on 127.0.0.1 (what a peer would
-do), a pid record old enough for a task without a port (`state.settled`). A full look every second still catches a task that
-listens on another address only.
+do), a pid record old enough for a task without a port (`state.settled`). A full look every
+second still catches a task that listens on another address only.
 """
 
 from __future__ import annotations
