@@ -308,7 +308,7 @@ class _Resolver:
             ports=strategy.resolve_ports(j, self.error), sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
             task_args=strategy.task_args(j), task_env=strategy.task_env(j),
-            outputs=self._outputs(j),
+            outputs=self._outputs(j), keras=j.keras,
         )
 
     def _outputs(self, j: schema.JobSpec) -> tuple[str, ...]:

@@ -130,6 +130,8 @@ class Job:
     """Per task type (ps, worker, chief): appended after `args` and the host's `args`."""
     task_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per task type (any of TASK_TYPES): set after the host's env, so it wins over it."""
+    keras: str = "default"
+    """`legacy`: every task runs with TF_USE_LEGACY_KERAS=1 (tf.keras is Keras 2, tf_keras)."""
     outputs: tuple[str, ...] = ("out",)
     """Folders the job writes, relative to the workdir: made on every host before launch,
     brought home by `tfctl collect` (default: the TensorBoard logdir, else `out`)."""

@@ -253,6 +253,8 @@ def _task_env(inv: Inventory, host: Host, task_type: str, mask: str) -> dict[str
     """tfctl's base env, then `defaults.env` and the host's `env`, then `job.task_env` of the
     task's type; the mask (and TF_CONFIG, set by the caller) are tfctl's and always win."""
     env = dict(BASE_ENV)
+    if inv.job.keras == "legacy":  # Keras 2 (tf_keras) behind tf.keras: see docs/field-notes.md
+        env["TF_USE_LEGACY_KERAS"] = "1"
     env.update(host.env)
     env.update(inv.job.task_env.get(task_type, {}))
     env["CUDA_VISIBLE_DEVICES"] = mask

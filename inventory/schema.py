@@ -160,6 +160,9 @@ class JobSpec(_Strict):
     setup_inputs: list[str] = []
     # Folders (relative to the workdir) the job writes: created on every host before launch and
     # brought home by `tfctl collect`. Default: the TensorBoard logdir, else `out`.
+    # `legacy`: tf.keras is Keras 2 (the tf_keras package, TF_USE_LEGACY_KERAS=1), for model.fit
+    # code under multi-worker strategies on TF >= 2.16, where Keras 3 breaks it.
+    keras: Literal["default", "legacy"] = "default"
     outputs: list[Annotated[str, StringConstraints(pattern=r"^[^\x00]+$")]] | None = None
     restart: RestartSpec = RestartSpec()
     task_args: TaskArgsSpec = TaskArgsSpec()

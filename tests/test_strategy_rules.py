@@ -220,3 +220,10 @@ def test_a_file_without_strategy_gets_exactly_the_old_warnings() -> None:
     assert warnings_of(TITAN_GTX, "style: flags\nworkers: per_host") == ()
     assert warnings_of(TITAN_GTX + "- name: cpubox\n", "chief: true\nworkers: per_host")[0] \
         .startswith("parameter servers on 3 host(s)")
+
+
+def test_keras_legacy_sets_the_switch_on_every_task() -> None:
+    plan = make_plan(parse_inventory(yaml_text(TITAN_GTX, "strategy: flags\nkeras: legacy")))
+    assert plan.tasks and all(t.env["TF_USE_LEGACY_KERAS"] == "1" for t in plan.tasks)
+    plain = make_plan(parse_inventory(yaml_text(TITAN_GTX, "strategy: flags")))
+    assert all("TF_USE_LEGACY_KERAS" not in t.env for t in plain.tasks)
