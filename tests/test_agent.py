@@ -461,3 +461,13 @@ def test_put_files_refuses_paths_it_cannot_write_safely(tmp_path: Path, rel: str
     assert answer["result"]["written"] == ["ok.py"] and answer["result"]["refused"] == rel
     assert sorted(p.name for p in tmp_path.rglob("*")) == sorted([*before, "ok.py"])
     assert not (outside / "target.py").exists() and not (tmp_path / "escaped.py").exists()
+
+
+def test_prepare_makes_the_output_folders_and_refuses_one_outside(lab: Lab) -> None:
+    lab.prepare([sh("worker:0", "exit 0")], outputs=["out/train", "ckpt"])
+    assert (Path(lab.workdir) / "out" / "train").is_dir()
+    assert (Path(lab.workdir) / "ckpt").is_dir()
+    refused = call("prepare", workdir=lab.workdir, run_id="escape",
+                   manifest={"tasks": [], "outputs": ["../elsewhere"]})
+    assert (refused["ok"], refused["kind"]) == (False, "bad_request")
+    assert not (Path(lab.workdir).parent / "elsewhere").exists()

@@ -104,11 +104,23 @@ def op_prepare(req: dict[str, Any]) -> dict[str, Any]:
     run_dir = run_dir_of(workdir, run_id)
     if os.path.exists(os.path.join(run_dir, "manifest.json")):
         raise AgentError("run_exists", f"run {run_id} already exists in {run_dir}")
-    os.makedirs(run_dir, exist_ok=True)
     manifest = dict(need(req, "manifest"), run_id=run_id)
+    make_output_dirs(workdir, manifest.get("outputs") or [])
+    os.makedirs(run_dir, exist_ok=True)
     manifest.setdefault("created_at", now())
     write_json(os.path.join(run_dir, "manifest.json"), manifest)
     return {"run_id": run_id, "run_dir": run_dir}
+
+
+def make_output_dirs(workdir: str, folders: list[str]) -> None:
+    """The job's output folders, made before any task starts (a ps writing a checkpoint shard,
+    an evaluator waiting for one, find their folder); never outside the workdir."""
+    root = os.path.realpath(workdir)
+    for folder in folders:
+        path = os.path.realpath(os.path.join(root, folder))
+        if os.path.commonpath([root, path]) != root:
+            raise AgentError("bad_request", f"output folder {folder!r} is outside {workdir}")
+        os.makedirs(path, exist_ok=True)
 
 
 def op_launch(req: dict[str, Any]) -> dict[str, Any]:
