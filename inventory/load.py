@@ -295,7 +295,7 @@ class _Resolver:
         if j.tensorboard is not None:
             self._known_host(("job", "tensorboard", "host"), j.tensorboard.host, names)
             tb = j.tensorboard
-            tensorboard = model.TensorBoard(tb.host, tb.logdir, tb.port)
+            tensorboard = model.TensorBoard(tb.host, tb.logdir, tb.port, tb.keep, tb.grace)
         sync = (model.Sync(enabled=False) if j.sync is False
                 else model.Sync(True, j.sync.source, tuple(j.sync.exclude)))
         r = j.restart

@@ -78,6 +78,10 @@ class TensorBoard:
     host: str
     logdir: str = "out"
     port: int = 6006
+    keep: bool = False
+    """Keep TensorBoard running after the job ended (until `tfctl down`)."""
+    grace_s: float = 300.0
+    """Otherwise, how long it stays up after the job's end, for a last look at the results."""
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,8 @@ class TensorBoardSpec(_Strict):
     host: str
     logdir: str = "out"
     port: int = 6006
+    keep: bool = False  # keep it running after the job ended, until `tfctl down`
+    grace: float = Field(default=300.0, ge=0, le=7 * 24 * 3600)  # else, seconds it stays after
 
     _port = field_validator("port")(classmethod(lambda cls, v: _check_port(v)))
 

@@ -43,6 +43,7 @@ from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses
 from tfctl.remote.agent.sync import put_files, sync_diff
 from tfctl.remote.agent.tfprobe import tf_probe
 from tfctl.remote.agent.wait import wait_until_up
+from tfctl.remote.agent.watch import UP_MARK, start_watcher
 from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK
 
 
@@ -126,7 +127,9 @@ def make_output_dirs(workdir: str, folders: list[str]) -> None:
 def op_launch(req: dict[str, Any]) -> dict[str, Any]:
     workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
     run_dir = run_dir_of(workdir, run_id)
-    return launch_tasks(run_dir, workdir, run_id, load_manifest(run_dir), req.get("tasks"))
+    answer = launch_tasks(run_dir, workdir, run_id, load_manifest(run_dir), req.get("tasks"))
+    answer["watcher_pid"] = start_watcher(run_dir, run_id)
+    return answer
 
 
 def op_wait_ports(req: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +145,8 @@ def op_status(req: dict[str, Any]) -> dict[str, Any]:
     run_id = req.get("run_id") or newest_run(workdir)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
+    if req.get("mark_up"):  # `up` verified every task of the run: the watcher may trust it
+        write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
     tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
     if any(t["state"] == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
         tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))

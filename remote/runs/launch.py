@@ -26,6 +26,7 @@ from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.check import describe_holder
+from tfctl.remote.runs.endrule import end_rule
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -86,7 +87,8 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
     _raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
     started: list[Started] = []
     try:
-        _raise_first(fleet.map(lambda t: _prepare(t, plan, run_id), hosts), "prepare")
+        _raise_first(fleet.map(lambda t: _prepare(t, plan, run_id, start_timeout_s), hosts),
+                     "prepare")
         for phase in PHASES if ps_first else (tuple(t for p in PHASES for t in p),):
             names = [t.name for t in plan.tasks if t.type in phase]
             if not names:
@@ -122,10 +124,11 @@ def _preflight(host: str, t: Any, plan: Plan) -> None:
                                      f"{describe_holder(state)}; stop it or change job.ports")
 
 
-def _prepare(t: Any, plan: Plan, run_id: str) -> None:
+def _prepare(t: Any, plan: Plan, run_id: str, start_timeout_s: float) -> None:
     host = t.host
     manifest = {"run_id": run_id, "inventory": plan.inventory.name, "host": host.name,
-                "style": plan.inventory.job.style,
+                "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
+                "end": end_rule(plan, start_timeout_s),
                 "tasks": [task_manifest(x, plan) for x in plan.on_host(host.name)]}
     try:
         agentclient.call(t, "prepare", {"workdir": host.workdir, "run_id": run_id,

@@ -74,23 +74,29 @@ class RunStatus:
     tasks: tuple[TaskStatus, ...]
     unreachable: Mapping[str, str]
     finished: Mapping[str, Any] | None = None
+    acting_chief: str | None = None
+    """A task that is the chief without the name: worker:0 in the flags style."""
 
     @property
     def job_ended(self) -> bool:
-        return job_ended(self.tasks)
+        return job_ended(self.tasks, self.acting_chief)
 
     @property
     def exit_code(self) -> int:
-        return job_exit_code(self.tasks)
+        return job_exit_code(self.tasks, self.acting_chief)
 
     @property
     def fatal(self) -> TaskStatus | None:
-        return fatal_failure(self.tasks)
+        return fatal_failure(self.tasks, self.acting_chief)
 
 
-def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> RunStatus:
+def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
+                mark_up: bool = False) -> RunStatus:
+    """Every task of the run, from every host; `mark_up` (the read that ends `up`) also tells
+    each host's watcher that the whole run had started."""
     answers = fleet.map(lambda t: agentclient.call(
-        t, "status", {"workdir": t.host.workdir, "run_id": run_id, "tail": tail}), hosts)
+        t, "status", {"workdir": t.host.workdir, "run_id": run_id, "tail": tail,
+                      "mark_up": mark_up}), hosts)
     tasks: list[TaskStatus] = []
     finished: Mapping[str, Any] | None = None
     for host, answer in answers.succeeded.items():
@@ -99,7 +105,18 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> R
     unreachable = {h: str(e) for h, e in answers.failed.items()}
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
-    return RunStatus(run_id, tuple(tasks), unreachable, finished)
+    return RunStatus(run_id, tuple(tasks), unreachable, finished,
+                     acting_chief_of(fleet.inventory.job.style))
+
+
+def acting_chief_of(style: str) -> str | None:
+    """In the flags style worker 0 is the chief in practice: it initialises and saves, so its
+    end is the job's end (remote/runs/endrule.py says the same to the hosts)."""
+    return "worker:0" if style == "flags" else None
+
+
+def _is_chief(task: TaskStatus, acting_chief: str | None) -> bool:
+    return task.type == "chief" or task.name == acting_chief
 
 
 def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
@@ -112,9 +129,11 @@ def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
     )
 
 
-def fatal_failure(tasks: tuple[TaskStatus, ...]) -> TaskStatus | None:
+def fatal_failure(tasks: tuple[TaskStatus, ...],
+                  acting_chief: str | None = None) -> TaskStatus | None:
     """The first ps or chief that failed for good: the job cannot continue without it."""
-    return next((t for t in tasks if t.type in FATAL_TYPES and t.failed), None)
+    return next((t for t in tasks if (t.type in FATAL_TYPES or t.name == acting_chief)
+                 and t.failed), None)
 
 
 def describe_fatal(task: TaskStatus) -> str:
@@ -124,20 +143,20 @@ def describe_fatal(task: TaskStatus) -> str:
             f"without {'its parameter servers' if task.type == 'ps' else 'its chief'}")
 
 
-def job_ended(tasks: tuple[TaskStatus, ...]) -> bool:
-    if fatal_failure(tasks) is not None:
+def job_ended(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None) -> bool:
+    if fatal_failure(tasks, acting_chief) is not None:
         return True
-    chiefs = [t for t in tasks if t.type == "chief"]
+    chiefs = [t for t in tasks if _is_chief(t, acting_chief)]
     if chiefs:
         return all(t.ended for t in chiefs)
     workers = [t for t in tasks if t.type == "worker"]
     return bool(workers) and all(t.ended for t in workers)
 
 
-def job_exit_code(tasks: tuple[TaskStatus, ...]) -> int:
+def job_exit_code(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None) -> int:
     """The job's status: a failed ps's or chief's, else the chief's, or the worst worker's (a
     signal counts as 128+n)."""
-    fatal = fatal_failure(tasks)
+    fatal = fatal_failure(tasks, acting_chief)
     deciders = [fatal] if fatal is not None else (
         [t for t in tasks if t.type == "chief"] or [t for t in tasks if t.type == "worker"])
     worst = 0
@@ -157,7 +176,7 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
 
     Returns the tasks it stopped (empty if the job is still running or already finalized).
     """
-    if not status.job_ended or status.finished is not None or status.unreachable:
+    if not status.job_ended or status.unreachable:
         return []
     from tfctl.remote.runs.stop import stop_run
 
@@ -171,6 +190,8 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
         result = stop_run(fleet, status.run_id, hosts, grace_s=5.0, tasks=ps)
         stopped = sorted(n for r in result.succeeded.values() for n in r.get("stopped", []))
     code = status.exit_code
+    if status.finished is not None and not stopped:
+        return stopped  # a host's watcher (remote/agent/watch.py) recorded the end first
     fleet.map(lambda t: agentclient.call(t, "finish", {
         "workdir": t.host.workdir, "run_id": status.run_id,
         "status": {"state": "finished", "exit_code": code,

@@ -127,7 +127,7 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
         launch(fleet, plan, run_id, _say, start_timeout_s=start_timeout, ps_first=not all_at_once)
         remember(inv, run_id, plan.hosts_used)
         attach_logs(fleet, run_id, setup_result)
-        _print_status(_read(fleet, run_id, list(plan.hosts_used)))
+        _print_status(_read(fleet, run_id, list(plan.hosts_used), mark_up=True))
         click.echo(f"run {run_id} is up · `tfctl logs -f` to follow · `tfctl down` to stop")
         guard.is_up = True
         if wait_:
@@ -173,10 +173,10 @@ def _rollback_on_interrupt(fleet: Fleet, plan: Plan) -> Iterator[_UpGuard]:
             signal.signal(sig, handler)
 
 
-def _read(fleet: Fleet, run_id: str, hosts: list[str]) -> RunStatus:
+def _read(fleet: Fleet, run_id: str, hosts: list[str], mark_up: bool = False) -> RunStatus:
     from tfctl.remote.runs.status import read_status
 
-    return read_status(fleet, run_id, hosts)
+    return read_status(fleet, run_id, hosts, mark_up=mark_up)
 
 
 def _current(inv: Inventory, fleet: Fleet) -> CurrentRun | None:

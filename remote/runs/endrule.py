@@ -1,0 +1,57 @@
+"""The end of a job, as data: which tasks' end is the job's end, and what to stop then.
+
+Pure. `launch` writes it into every host's manifest, where the host's watcher
+(`remote/agent/watch.py`) applies it with no client connected; `status` applies the same rule
+when a client looks. TensorFlow's own rules decide it (docs/strategy-rules.md):
+
+- a chief exists (ParameterServerStrategy's coordinator, or MultiWorkerMirrored's chief): its
+  end is the job's end;
+- the flags style: worker 0 is the chief in practice (it initialises and saves);
+- otherwise (MultiWorkerMirrored without a chief, mirrored, custom): every worker has ended.
+
+What serves and never ends by itself is stopped at the end: parameter servers, the evaluator,
+and the workers of a job with parameter servers and a chief (ParameterServerStrategy's workers
+only run `server.join()`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfctl.inventory.plan import Plan, Task
+
+TENSORBOARD_GRACE_S = 300.0
+
+
+def deciders(plan: Plan) -> tuple[list[Task], str]:
+    """The tasks whose end is the job's end, and `any` (one of them) or `all`."""
+    chiefs = [t for t in plan.tasks if t.type == "chief"]
+    if chiefs:
+        return chiefs, "any"
+    workers = [t for t in plan.tasks if t.type == "worker"]
+    if plan.inventory.job.style == "flags" and workers:
+        return [next(t for t in workers if t.index == 0)], "any"
+    return workers, "all"
+
+
+def serving_types(plan: Plan) -> list[str]:
+    types = ["ps", "evaluator"]
+    if any(t.type == "chief" for t in plan.tasks) and any(t.type == "ps" for t in plan.tasks):
+        types.append("worker")
+    return types
+
+
+def end_rule(plan: Plan, start_timeout_s: float) -> dict[str, Any]:
+    tasks, mode = deciders(plan)
+    tensorboard = plan.inventory.job.tensorboard
+    return {
+        "mode": mode,
+        "deciders": [{"name": t.name, "host": t.host, "address": t.address, "port": t.port}
+                     for t in tasks],
+        "serving": serving_types(plan),
+        "start_timeout_s": start_timeout_s,
+        "tensorboard": {
+            "keep": tensorboard.keep if tensorboard else False,
+            "grace_s": tensorboard.grace_s if tensorboard else TENSORBOARD_GRACE_S,
+        },
+    }

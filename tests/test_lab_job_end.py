@@ -1,0 +1,76 @@
+"""The end of a job is applied on the hosts themselves: no tfctl command after `up`.
+
+Each host's watcher (remote/agent/watch.py) sees worker 0 (the chief of the flags style) end —
+on its own host from the exit record, on the others from its port closing for good — stops its
+parameter servers, records why, and exits; nothing of the run is left on any host. A host cut
+off from the client (and from the chief) still ends its part.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.labtools import job_dir, processes_of_run, run_id_from, tfctl
+
+pytestmark = pytest.mark.lab
+
+JOB = {"script": "job.py", "style": "flags", "args": ["--steps=3"]}
+
+
+def _watchers(lab, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """The run's watchers still alive (all lab hosts share this machine's /proc)."""
+    alive = []
+    for host in lab.names:
+        record = lab.host(host).workdir / ".tfctl" / "runs" / run_id / "watch.pid.json"
+        pid = json.loads(record.read_text())["pid"]
+        comm = Path(f"/proc/{pid}/comm")
+        if comm.exists() and comm.read_text().strip() == "tfctl-watch":
+            alive.append(pid)
+    return alive
+
+
+def _until_gone(run_id: str, lab, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while processes_of_run(run_id) or _watchers(lab, run_id):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"left: {processes_of_run(run_id)} {_watchers(lab, run_id)}")
+        time.sleep(0.5)
+
+
+def _finished(lab, host: str, run_id: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    path = lab.host(host).workdir / ".tfctl" / "runs" / run_id / "finished.json"
+    return dict(json.loads(path.read_text()))
+
+
+def test_hosts_end_the_job_by_themselves(lab, tmp_path: Path, down_after) -> None:  # type: ignore[no-untyped-def]
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB)
+    down_after.append(inv)
+    up = tfctl(inv, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    run_id = run_id_from(up.stdout)
+    _until_gone(run_id, lab, 90)  # no tfctl command in between
+    for host in lab.names:
+        finished = _finished(lab, host, run_id)
+        assert finished["status"]["cause"] == "worker:0 ended", finished
+        assert finished["status"]["by"] == f"watcher on {host}"
+
+
+def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        down_after) -> None:
+    if not healed.isolated:
+        pytest.skip("needs the network-namespace lab (root and `ip netns`)")
+    lab = healed
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
+                              dict(JOB, args=["--steps=25"]))  # 5 s: time to cut h3
+    down_after.append(inv)
+    up = tfctl(inv, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    run_id = run_id_from(up.stdout)
+    lab.cut("h3")
+    _until_gone(run_id, lab, 120)
+    assert _finished(lab, "h1", run_id)["status"]["by"] == "watcher on h1"
+    assert _finished(lab, "h3", run_id)["status"]["cause"] == "worker:0 ended"
