@@ -49,6 +49,13 @@ def test_single_process_mirrored_trains_without_a_port(lab, tmp_path: Path) -> N
         assert '"style": "mirrored"' in logs
         assert processes_of_run(run_id) == {}
         assert list((lab.host("h1").workdir / "out" / "ckpt").glob("ckpt-30.index"))
+        # The run comes home: outputs and logs, into runs/<run-id>/<host>/ beside the inventory.
+        collect = tfctl(inv, "collect")
+        assert collect.returncode == 0, collect.stdout + collect.stderr
+        home = inv.parent / "runs" / run_id / "h1"
+        assert (home / "out" / "ckpt" / "ckpt-30.index").is_file()
+        assert "RESULT" in (home / "tfctl-run" / "worker-0.log").read_text()
+        assert f"h1: 0 files → {home}" in tfctl(inv, "collect", "--run", run_id).stdout
     finally:
         tfctl(inv, "down", "--grace", "1")
 

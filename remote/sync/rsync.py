@@ -41,8 +41,9 @@ from tfctl.remote.errors import CommandFailed, RemoteError
 from tfctl.remote.sync.put import new_sync, put_changed, worth_putting
 
 # `.tfctl-state-*` is the local state file beside the inventory: not code, and rewritten by
-# every `up`, so syncing it would make every sync after an `up` a changed one.
-ALWAYS_EXCLUDED = (".tfctl/", ".tfctl-state-*", "__pycache__/", "*.pyc")
+# every `up`, so syncing it would make every sync after an `up` a changed one. `/runs/` at the
+# top is where `tfctl collect` brings runs home: results, never code to send back out.
+ALWAYS_EXCLUDED = (".tfctl/", ".tfctl-state-*", "__pycache__/", "*.pyc", "/runs/")
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def _transfer(t: Transport, source: str, dest: str, has_rsync: bool, inv: Invent
     argv = rsync_argv(host, source, dest, inv, options, delete, isinstance(t, LocalTransport))
     if only is not None:  # just the paths that differ: rsync skips walking both trees
         argv.insert(1, "--files-from=-")
-    proc = _run_rsync(t, argv, "".join(p + "\n" for p in only or ()))
+    proc = run_rsync(t, argv, "".join(p + "\n" for p in only or ()))
     if proc.returncode != 0:
         raise CommandFailed(host.name, shlex.join(argv), proc.returncode,
                             "\n".join((proc.stdout + proc.stderr).splitlines()[-10:]))
@@ -236,7 +237,7 @@ while sock in inputs:
 BRIDGE_STUB = 'import os;exec(os.environ["TFCTL_RSYNC_BRIDGE"])'
 
 
-def _run_rsync(t: Transport, argv: list[str], files_from: str
+def run_rsync(t: Transport, argv: list[str], files_from: str
                ) -> subprocess.CompletedProcess[str]:
     relay: Callable[[socket.socket, str], tuple[int | None, str]] | None = getattr(
         t, "relay", None)

@@ -169,6 +169,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "down": ("tfctl.tui.cli.run", "down"),
     "logs": ("tfctl.tui.cli.logs", "logs"),
     "exec": ("tfctl.tui.cli.logs", "exec_"),
+    "collect": ("tfctl.tui.cli.collect", "collect"),
     "demo": ("tfctl.tui.cli.demo", "demo"),
     "tensorboard": ("tfctl.tui.cli.tensorboard", "tensorboard"),
     "gpus": ("tfctl.tui.cli.gpus", "gpus"),
