@@ -300,7 +300,9 @@ class _Resolver:
                 else model.Sync(True, j.sync.source, tuple(j.sync.exclude)))
         r = j.restart
         restart = model.RestartPolicy(
-            policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff)
+            policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff,
+            together=(r.together if r.together is not None
+                      else j.strategy == "multi_worker_mirrored"))
         return model.Job(
             script=j.script, args=tuple(j.args), style=style,
             workers=strategy.resolve_workers(j, self.error), strategy=j.strategy, chief=chief,

@@ -108,6 +108,8 @@ class RestartPolicy:
     policies: Mapping[str, RestartMode] = field(default_factory=dict)
     max: int = 3
     backoff_s: float = 2.0
+    together: bool = False
+    """Workers and chief restart together (MultiWorkerMirrored cannot rejoin a running group)."""
 
     def for_type(self, task_type: str) -> RestartMode:
         return self.policies.get(task_type, "never")

@@ -116,6 +116,9 @@ class RestartSpec(_Strict):
     tensorboard: Literal["never", "on-failure", "always"] = "never"
     max: int = Field(default=3, ge=0, le=1000)
     backoff: float = Field(default=2.0, ge=0, le=3600)
+    # Restart the training tasks (workers, chief) together: a failed one waits until its peers
+    # have stopped too. Default: on under multi_worker_mirrored, which cannot rejoin a group.
+    together: bool | None = None
 
 
 class TaskArgsSpec(_Strict):

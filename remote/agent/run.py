@@ -272,10 +272,53 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
             restarts += 1
             _log(f"restarting {name} (restart {restarts}/{most}) after exit "
                  f"{_describe_exit(last_exit)}")
+            if policy.get("together"):
+                _log(f"waiting for the peers of {name} to stop too, to restart together")
+                _wait_for_peers_down(_training_peers(env), paths[".stopped"])
             if not _sleep_unless(paths[".stopped"], float(policy.get("backoff_s", 2.0))):
                 continue
         write_json(paths[".exit.json"], dict(last_exit, restarts=restarts))
         return 0
+
+
+# MultiWorkerMirrored workers cannot rejoin a running group: all must restart. A failed peer
+# makes the survivors fail within seconds; each supervisor waits until it has seen every peer's
+# port closed once (each has ended), so that no one restarts into the old group.
+PEERS_DOWN_TIMEOUT_S = 120.0
+
+
+def _training_peers(env: dict[str, str]) -> list[tuple[str, int]]:
+    """The other training tasks (workers, chief) of the task's TF_CONFIG, as (host, port)."""
+    try:
+        config = json.loads(env.get("TF_CONFIG") or "{}")
+    except ValueError:
+        return []
+    me = config.get("task") or {}
+    peers = []
+    for kind in ("chief", "worker"):
+        for index, address in enumerate((config.get("cluster") or {}).get(kind) or []):
+            if (kind, index) != (me.get("type"), me.get("index")):
+                host, _, port = str(address).rpartition(":")
+                peers.append((host.strip("[]"), int(port)))
+    return peers
+
+
+def _wait_for_peers_down(peers: list[tuple[str, int]], stopped: str) -> None:
+    import socket
+
+    started = time.time()
+    pending, deadline = set(peers), started + PEERS_DOWN_TIMEOUT_S
+    while pending and time.time() < deadline and not os.path.exists(stopped):
+        for peer in list(pending):
+            try:
+                socket.create_connection(peer, timeout=0.5).close()
+            except OSError as exc:
+                pending.discard(peer)  # seen down once: it ended, or is between restarts
+                _log(f"peer {peer[0]}:{peer[1]} down after {time.time() - started:.1f} s "
+                     f"({exc.__class__.__name__})")
+        time.sleep(0.2)
+    if pending:
+        _log(f"peers still up after {time.time() - started:.0f} s: restarting anyway")
 
 
 def launch_tasks(run_dir: str, workdir: str, run_id: str, manifest: dict[str, Any],

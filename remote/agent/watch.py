@@ -141,7 +141,7 @@ class EndJudge:
         if not (name in self.seen_open or self.was_up) and \
                 now_s - self.started_s < self.start_timeout_s:
             return False  # not up yet, as far as we know: `up` is still waiting for it
-        return now_s - since >= CLOSED_FOR_GOOD_S
+        return now_s - since >= float(decider.get("closed_for_good_s", CLOSED_FOR_GOOD_S))
 
 
 def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str) -> None:

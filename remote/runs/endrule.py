@@ -34,6 +34,19 @@ def deciders(plan: Plan) -> tuple[list[Task], str]:
     return workers, "all"
 
 
+CLOSED_FOR_GOOD_S = 20.0
+RESTART_ALLOWANCE_S = 90.0  # a restart: peers stopping (MultiWorkerMirrored), TF's import, listen
+
+
+def closed_for_good_s(plan: Plan, task: Task) -> float:
+    """How long another host must see the task's port closed before it believes the task has
+    ended: longer when the task restarts (its port closes while it does)."""
+    restart = plan.inventory.job.restart
+    if restart.for_type(task.type) == "never" or restart.max == 0:
+        return CLOSED_FOR_GOOD_S
+    return CLOSED_FOR_GOOD_S + restart.backoff_s + RESTART_ALLOWANCE_S
+
+
 def serving_types(plan: Plan) -> list[str]:
     types = ["ps", "evaluator"]
     if any(t.type == "chief" for t in plan.tasks) and any(t.type == "ps" for t in plan.tasks):
@@ -46,8 +59,8 @@ def end_rule(plan: Plan, start_timeout_s: float) -> dict[str, Any]:
     tensorboard = plan.inventory.job.tensorboard
     return {
         "mode": mode,
-        "deciders": [{"name": t.name, "host": t.host, "address": t.address, "port": t.port}
-                     for t in tasks],
+        "deciders": [{"name": t.name, "host": t.host, "address": t.address, "port": t.port,
+                      "closed_for_good_s": closed_for_good_s(plan, t)} for t in tasks],
         "serving": serving_types(plan),
         "start_timeout_s": start_timeout_s,
         "tensorboard": {
