@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.proc import same_process, start_ticks
+from tfctl.remote.agent.record import EventLog, GpuRecorder
 from tfctl.remote.agent.run import (
     fork_detached,
     load_manifest,
@@ -67,19 +68,36 @@ def watch_run(run_dir: str, run_id: str) -> int:
     me = os.getpid()
     write_json(os.path.join(run_dir, "watch.pid.json"), {"pid": me, "start_ticks": start_ticks(me)})
     manifest = load_manifest(run_dir)
-    judge = EndJudge(manifest["end"], manifest.get("host"), time.time())
     local = [t["name"] for t in manifest.get("tasks", [])]
+    recorder, events = GpuRecorder(run_dir, run_id), EventLog(run_dir, local)
+    recorder.start()
+    try:
+        cause = watch_until_end(run_dir, manifest, local, recorder, events)
+        if cause is not None:
+            events.write({"event": "end", "cause": cause})
+            apply_end(run_dir, run_id, manifest, cause)
+        events.tick()
+    finally:
+        recorder.stop()
+    return 0
+
+
+def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
+                    recorder: GpuRecorder, events: EventLog) -> str | None:
+    """Why the job ended, or None when this host's tasks all ended otherwise (`tfctl down`)."""
+    judge = EndJudge(manifest["end"], manifest.get("host"), time.time())
     while True:
+        events.tick()
+        recorder.tick()
         ended = local_ends(run_dir, local)
         judge.was_up = judge.was_up or os.path.exists(os.path.join(run_dir, UP_MARK))
         cause = judge.verdict(ended, time.time(), port_accepts)
         if cause is None and os.path.exists(os.path.join(run_dir, "finished.json")):
             cause = "finished"  # the client applied the end first
         if cause is not None:
-            apply_end(run_dir, run_id, manifest, cause)
-            return 0
+            return cause
         if local and len(ended) == len(local):
-            return 0  # stopped by `tfctl down`, or every task here ended by itself
+            return None  # stopped by `tfctl down`, or every task here ended by itself
         time.sleep(WATCH_TICK_S)
 
 
