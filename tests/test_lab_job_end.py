@@ -57,6 +57,12 @@ def test_hosts_end_the_job_by_themselves(lab, tmp_path: Path, down_after) -> Non
         finished = _finished(lab, host, run_id)
         assert finished["status"]["cause"] == "worker:0 ended", finished
         assert finished["status"]["by"] == f"watcher on {host}"
+    # The next morning: the run is listed with how it ended, read from the hosts.
+    listed = json.loads(tfctl(inv, "runs", "--json").stdout)["runs"]
+    run = next(r for r in listed if r["run_id"] == run_id)
+    assert run["ended"] == "exit 0: worker:0 ended" and not run["live"]
+    assert run["hosts"] == ["h1", "h2", "h3"] and "worker:0" in run["tasks"]
+    assert run["duration_s"] is not None and run["duration_s"] >= 0
 
 
 def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path,  # type: ignore[no-untyped-def]

@@ -181,6 +181,7 @@ def op_runs(req: dict[str, Any]) -> dict[str, Any]:
                      "created_at": manifest.get("created_at"),
                      "inventory": manifest.get("inventory"), "live": live[run_id],
                      "tasks": [t.get("name") for t in manifest.get("tasks", [])],
+                     "outputs": manifest.get("outputs") or [],
                      "finished": read_json(os.path.join(run_dir, "finished.json"))})
     runs.sort(key=lambda r: (r["created_at"] or 0, r["run_id"]), reverse=True)
     return {"runs": runs}

@@ -74,8 +74,9 @@ def watch_run(run_dir: str, run_id: str) -> int:
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events)
         if cause is not None:
-            events.write({"event": "end", "cause": cause})
-            apply_end(run_dir, run_id, manifest, cause)
+            code = decider_exit_code(run_dir, manifest)
+            events.write({"event": "end", "cause": cause, "exit_code": code})
+            apply_end(run_dir, run_id, manifest, cause, code)
         events.tick()
     finally:
         recorder.stop()
@@ -162,7 +163,21 @@ class EndJudge:
         return now_s - since >= float(decider.get("closed_for_good_s", CLOSED_FOR_GOOD_S))
 
 
-def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str) -> None:
+def decider_exit_code(run_dir: str, manifest: dict[str, Any]) -> int | None:
+    """The exit status of a task of this host whose end was the job's (128+n for a signal)."""
+    for decider in manifest["end"].get("deciders", []):
+        if decider.get("host") != manifest.get("host"):
+            continue
+        record = read_json(task_file(run_dir, decider["name"], ".exit.json")) or {}
+        if record.get("exit_code") is not None:
+            return int(record["exit_code"])
+        if record.get("signal"):
+            return 137 if record["signal"] == "SIGKILL" else 143
+    return None
+
+
+def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
+              exit_code: int | None = None) -> None:
     """Stop what serves, let the rest finish, keep or stop TensorBoard; record why."""
     tasks = manifest.get("tasks", [])
     rule = manifest["end"]
@@ -170,7 +185,7 @@ def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str) -
     names = [t["name"] for t in tasks]
     path = os.path.join(run_dir, "finished.json")
     if not os.path.exists(path):
-        write_json(path, {"status": {"state": "finished", "cause": cause,
+        write_json(path, {"status": {"state": "finished", "cause": cause, "exit_code": exit_code,
                                      "by": f"watcher on {manifest.get('host')}"},
                           "finished_at": now()})
     _stop_where(run_dir, run_id, [t["name"] for t in tasks if t["type"] in serving])
