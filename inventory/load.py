@@ -310,8 +310,22 @@ class _Resolver:
             ports=strategy.resolve_ports(j, self.error), sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
             task_args=strategy.task_args(j), task_env=strategy.task_env(j),
-            outputs=self._outputs(j), keras=j.keras,
+            outputs=self._outputs(j), keras=j.keras, throughput=self._patterns(j),
         )
+
+    def _patterns(self, j: schema.JobSpec) -> tuple[str, ...]:
+        import re
+
+        for i, pattern in enumerate(j.throughput):
+            try:
+                groups = re.compile(pattern).groups
+            except re.error as exc:
+                raise self.error(("job", "throughput", i), f"`{pattern}` is not a regex: {exc}",
+                                 r"e.g. `'steps_per_sec=([0-9.]+)'`") from None
+            if groups < 1:
+                raise self.error(("job", "throughput", i), f"`{pattern}` has no group",
+                                 r"put the number in a group: `'([0-9.]+) steps/s'`")
+        return tuple(j.throughput)
 
     def _outputs(self, j: schema.JobSpec) -> tuple[str, ...]:
         if j.outputs is None:

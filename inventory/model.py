@@ -136,6 +136,8 @@ class Job:
     """Per task type (ps, worker, chief): appended after `args` and the host's `args`."""
     task_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per task type (any of TASK_TYPES): set after the host's env, so it wins over it."""
+    throughput: tuple[str, ...] = ()
+    """Regexes for a training speed in the logs (empty: the usual forms, see agent/record.py)."""
     keras: str = "default"
     """`legacy`: every task runs with TF_USE_LEGACY_KERAS=1 (tf.keras is Keras 2, tf_keras)."""
     outputs: tuple[str, ...] = ("out",)

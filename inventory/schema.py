@@ -168,6 +168,9 @@ class JobSpec(_Strict):
     # `legacy`: tf.keras is Keras 2 (the tf_keras package, TF_USE_LEGACY_KERAS=1), for model.fit
     # code under multi-worker strategies on TF >= 2.16, where Keras 3 breaks it.
     keras: Literal["default", "legacy"] = "default"
+    # Regexes whose first group is a training speed in a task's log line (default: the bundled
+    # trainer's, TF1's global_step/sec, examples/sec and Keras' ms/step): recorded per worker.
+    throughput: list[Annotated[str, StringConstraints(min_length=1)]] = []
     outputs: list[Annotated[str, StringConstraints(pattern=r"^[^\x00]+$")]] | None = None
     restart: RestartSpec = RestartSpec()
     task_args: TaskArgsSpec = TaskArgsSpec()

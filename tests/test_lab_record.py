@@ -43,3 +43,6 @@ def test_gpu_samples_owners_and_events_are_recorded(gpu_lab, tmp_path: Path,  # 
     assert {("worker:0", "start"), ("worker:0", "exit"), ("ps:0", "exit")} <= kinds
     assert events[-1]["event"] in ("exit", "end")
     assert any(e["event"] == "end" and e["cause"] == "worker:0 ended" for e in events)
+    speed = [line.split(",") for line in (run_dir / "throughput.csv").read_text().splitlines()]
+    assert {row[1] for row in speed} == {"worker:0", "worker:1"}  # h1's two workers
+    assert all(row[2:] == ["5", "steps/s"] for row in speed)  # the light job's 0.2 s steps

@@ -158,3 +158,62 @@ class EventLog:
         event.setdefault("t", now())
         with open(os.path.join(self.run_dir, "events.jsonl"), "a") as out:
             out.write(json.dumps(event) + "\n")
+
+
+# Training speed in the usual log forms, first group the number: the bundled trainer's
+# `steps_per_sec=41.2`, TF1 hooks' `global_step/sec: 41.2`, `2580.3 examples/sec`, and Keras'
+# progress `… 12ms/step` (turned into steps/s).
+DEFAULT_THROUGHPUT_PATTERNS = (
+    r"steps_per_sec=([0-9.]+)",
+    r"global_step/sec: ([0-9.]+)",
+    r"([0-9.]+) examples/sec",
+    r"\b([0-9.]+)ms/step\b",
+)
+
+
+class ThroughputTail:
+    """Reads what each training task logged since the last look; writes `throughput.csv` lines
+    `seconds since start,task,value,unit` for every line that matches a throughput pattern."""
+
+    def __init__(self, run_dir: str, names: list[str], patterns: list[str],
+                 started: float) -> None:
+        import re
+
+        self.run_dir, self.names, self.started = run_dir, names, started
+        self.patterns = [re.compile(p) for p in (patterns or DEFAULT_THROUGHPUT_PATTERNS)]
+        self.offsets = {name: 0 for name in names}
+
+    def tick(self) -> None:
+        rows = []
+        t = int(time.time() - self.started)
+        for name in self.names:
+            path = task_file(self.run_dir, name, ".log")
+            try:
+                with open(path, "rb") as log:
+                    log.seek(self.offsets[name])
+                    data = log.read(1 << 20)
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1  # whole lines only; the rest next time
+            self.offsets[name] += end
+            for line in data[:end].decode("utf-8", "replace").splitlines():
+                found = self.value(line)
+                if found is not None:
+                    rows.append(f"{t},{name},{found[0]:g},{found[1]}\n")
+        if rows:
+            with open(os.path.join(self.run_dir, "throughput.csv"), "a") as out:
+                out.writelines(rows)
+
+    def value(self, line: str) -> tuple[float, str] | None:
+        for pattern in self.patterns:
+            match = pattern.search(line)
+            if match:
+                try:
+                    number = float(match.group(1))
+                except (IndexError, ValueError):
+                    continue
+                if "ms/step" in pattern.pattern:
+                    return (1000.0 / number if number else 0.0), "steps/s"
+                unit = "examples/s" if "examples" in pattern.pattern else "steps/s"
+                return number, unit
+        return None

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.proc import same_process, start_ticks
-from tfctl.remote.agent.record import EventLog, GpuRecorder
+from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail
 from tfctl.remote.agent.run import (
     fork_detached,
     load_manifest,
@@ -70,26 +70,32 @@ def watch_run(run_dir: str, run_id: str) -> int:
     manifest = load_manifest(run_dir)
     local = [t["name"] for t in manifest.get("tasks", [])]
     recorder, events = GpuRecorder(run_dir, run_id), EventLog(run_dir, local)
+    training = [t["name"] for t in manifest.get("tasks", []) if t["type"] in ("worker", "chief")]
+    speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
+                           recorder.started)
     recorder.start()
     try:
-        cause = watch_until_end(run_dir, manifest, local, recorder, events)
+        cause = watch_until_end(run_dir, manifest, local, recorder, events, speed)
         if cause is not None:
             code = decider_exit_code(run_dir, manifest)
             events.write({"event": "end", "cause": cause, "exit_code": code})
             apply_end(run_dir, run_id, manifest, cause, code)
         events.tick()
+        speed.tick()
     finally:
         recorder.stop()
     return 0
 
 
 def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
-                    recorder: GpuRecorder, events: EventLog) -> str | None:
+                    recorder: GpuRecorder, events: EventLog,
+                    speed: ThroughputTail) -> str | None:
     """Why the job ended, or None when this host's tasks all ended otherwise (`tfctl down`)."""
     judge = EndJudge(manifest["end"], manifest.get("host"), time.time())
     while True:
         events.tick()
         recorder.tick()
+        speed.tick()
         ended = local_ends(run_dir, local)
         judge.was_up = judge.was_up or os.path.exists(os.path.join(run_dir, UP_MARK))
         cause = judge.verdict(ended, time.time(), port_accepts)
