@@ -40,8 +40,8 @@ def test_gpu_samples_owners_and_events_are_recorded(gpu_lab, tmp_path: Path,  # 
     assert any(line.split(",")[1:3][0] == "0" and line.endswith(",worker:0") for line in owners)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     kinds = {(e.get("task"), e["event"]) for e in events}
-    assert {("worker:0", "start"), ("worker:0", "exit"), ("ps:0", "exit")} <= kinds
-    assert events[-1]["event"] in ("exit", "end")
+    assert {("worker:0", "start"), ("worker:0", "exit"), ("ps:0", "stopped")} <= kinds
+    assert events[-1]["event"] in ("exit", "stopped", "end")
     assert any(e["event"] == "end" and e["cause"] == "worker:0 ended" for e in events)
     speed = [line.split(",") for line in (run_dir / "throughput.csv").read_text().splitlines()]
     assert {row[1] for row in speed} == {"worker:0", "worker:1"}  # h1's two workers

@@ -19,14 +19,14 @@ try:
 except SystemExit:
     pass
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"textual", "tensorflow", "fabric",
-                                                         "paramiko", "invoke"}})
+                                                         "paramiko", "invoke", "matplotlib"}})
 print(json.dumps(heavy), file=sys.stderr)
 """
 
 
 @pytest.mark.parametrize("args", [["--help"], ["-i", str(EXAMPLE), "plan"],
                                   ["-i", str(EXAMPLE), "plan", "--json"], ["plan", "--help"],
-                                  ["up", "--help"]])
+                                  ["up", "--help"], ["report", "--help"], ["runs", "--help"]])
 def test_headless_paths_import_nothing_heavy(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True,
                           text=True, check=True)

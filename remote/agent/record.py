@@ -143,8 +143,10 @@ class EventLog:
                 continue
             before = self.seen.get(name)
             self.seen[name] = state
-            if exit_rec is not None:
-                self.write({"t": exit_rec.get("ended_at"), "task": name, "event": "exit",
+            if exit_rec is not None:  # `stopped`: tfctl ended it (down, or the job's end)
+                stopped = os.path.exists(task_file(self.run_dir, name, ".stopped"))
+                self.write({"t": exit_rec.get("ended_at"), "task": name,
+                            "event": "stopped" if stopped else "exit",
                             "exit_code": exit_rec.get("exit_code"),
                             "signal": exit_rec.get("signal"), "error": exit_rec.get("error")})
             elif pid_rec.get("pid") is not None:

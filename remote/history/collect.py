@@ -38,16 +38,18 @@ def collect_root(inv: Inventory, run_id: str) -> str:
     return os.path.join(inv.base_dir, "runs", run_id)
 
 
-def collect(fleet: Fleet, run_id: str, hosts: list[str]) -> FleetResult[Collected]:
+def collect(fleet: Fleet, run_id: str, hosts: list[str],
+            outputs: bool = True) -> FleetResult[Collected]:
+    """Each host's run folder (and, with `outputs`, its job outputs) into runs/<id>/<host>/."""
     root = collect_root(fleet.inventory, run_id)
-    return fleet.map(lambda t: collect_host(t, fleet.inventory, fleet.options, run_id, root),
-                     hosts)
+    return fleet.map(lambda t: collect_host(t, fleet.inventory, fleet.options, run_id, root,
+                                            outputs), hosts)
 
 
 def collect_host(t: Transport, inv: Inventory, options: SshOptions, run_id: str,
-                 root: str) -> Collected:
+                 root: str, outputs: bool = True) -> Collected:
     dest = os.path.join(root, t.host.name)
-    pairs = [(folder, folder) for folder in inv.job.outputs]
+    pairs = [(folder, folder) for folder in inv.job.outputs] if outputs else []
     pairs.append((f".tfctl/runs/{run_id}", RUN_FOLDER))
     moved = 0
     for remote, local in pairs:
