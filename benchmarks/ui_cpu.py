@@ -154,7 +154,7 @@ class SyntheticController:
     def sync(self) -> dict[str, object]:
         return {}
 
-    def up(self, say: Callable[[str], None], do_sync: bool = True) -> str:
+    def up(self, options: object, on_event: Callable[[str], None]) -> str:
         return "bench"
 
     def down(self, grace_s: float = 10.0) -> DownSummary:
@@ -215,12 +215,12 @@ def instrument(app: Any, probe: Probe, encode: bool) -> None:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, float]:
-    from tfctl.tui.app.app import TfctlApp
+    from tfctl.tui.app.factory import make_app
 
     inv = synthetic_inventory(args.hosts, args.gpus)
     controller = SyntheticController(inv)
     telemetry = SyntheticTelemetry(inv, controller.gpu_pids())
-    app = TfctlApp(inv, controller, telemetry)  # default refresh: GPUs 1 s, tasks 2 s
+    app = make_app(controller, telemetry)  # default refresh: GPUs 1 s, tasks 2 s
     probe = Probe()
     instrument(app, probe, encode=not args.no_encode)
     width, height = (int(x) for x in args.size.split("x"))

@@ -19,9 +19,9 @@ from tests.fakes.ui_sources import (
     FakeTelemetry,
     FakeTunnel,
     lab_findings,
-    lab_inventory,
 )
 from tfctl.tui.app.app import TfctlApp
+from tfctl.tui.app.factory import make_app
 
 SnapCompare = Callable[..., bool]
 
@@ -41,7 +41,7 @@ def utc() -> Iterator[None]:
 
 
 def lab_app() -> TfctlApp:
-    return TfctlApp(lab_inventory(), FakeController(), FakeTelemetry(), findings=lab_findings,
+    return make_app(FakeController(), FakeTelemetry(), findings=lab_findings,
                     tunnel=FakeTunnel(), clock=lambda: FIXED_WALL_S)
 
 

@@ -17,6 +17,7 @@ from tests.labtools import job_dir, processes_of_run
 from tfctl.inventory.load import load_inventory
 from tfctl.remote.runs.controller import RunController
 from tfctl.tui.app.app import TfctlApp
+from tfctl.tui.app.factory import make_app
 from tfctl.tui.app.widgets.cluster import ClusterView
 from tfctl.tui.app.widgets.tasks import TasksTable
 
@@ -47,7 +48,7 @@ def states(app: TfctlApp) -> dict[str, str]:
 def test_up_and_down_from_the_ui_follow_the_real_state(lab, tmp_path: Path, healed) -> None:  # type: ignore[no-untyped-def]
     inv = load_inventory(lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB))
     controller = RunController(inv)
-    app = TfctlApp(inv, controller, None, **FAST)
+    app = make_app(controller, None, **FAST)
 
     async def scenario() -> None:
         async with app.run_test(size=(160, 48)) as pilot:

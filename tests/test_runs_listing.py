@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfctl.remote.runs.listing import merge_runs
+from tfctl.remote.history.listing import merge_runs
 
 WORKDIRS = {"h1": "~/lab", "h2": "/data/lab"}
 

@@ -99,13 +99,22 @@ def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
         ended = local_ends(run_dir, local)
         judge.was_up = judge.was_up or os.path.exists(os.path.join(run_dir, UP_MARK))
         cause = judge.verdict(ended, time.time(), port_accepts)
-        if cause is None and os.path.exists(os.path.join(run_dir, "finished.json")):
+        finished = read_json(os.path.join(run_dir, "finished.json"))
+        if finished is not None and (finished.get("status") or {}).get("state") != "finished":
+            return None  # rolled back (`aborted`) or stopped by a client: nothing to apply
+        if cause is None and finished is not None:
             cause = "finished"  # the client applied the end first
         if cause is not None:
             return cause
-        if local and len(ended) == len(local):
-            return None  # stopped by `tfctl down`, or every task here ended by itself
+        launched = [n for n in local if os.path.exists(task_file(run_dir, n, ".pid.json"))]
+        if launched and all(n in ended for n in launched) and (
+                len(launched) == len(local) or _any_stopped(run_dir, launched)):
+            return None  # stopped by `tfctl down` or a rollback, or all ended by themselves
         time.sleep(WATCH_TICK_S)
+
+
+def _any_stopped(run_dir: str, names: list[str]) -> bool:
+    return any(os.path.exists(task_file(run_dir, n, ".stopped")) for n in names)
 
 
 def local_ends(run_dir: str, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -185,7 +194,9 @@ def decider_exit_code(run_dir: str, manifest: dict[str, Any]) -> int | None:
 def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
               exit_code: int | None = None) -> None:
     """Stop what serves, let the rest finish, keep or stop TensorBoard; record why."""
-    tasks = manifest.get("tasks", [])
+    # Tasks never launched here (a rollback between phases) are nobody's to wait for or stop.
+    tasks = [t for t in manifest.get("tasks", [])
+             if os.path.exists(task_file(run_dir, t["name"], ".pid.json"))]
     rule = manifest["end"]
     serving = set(rule.get("serving", ["ps", "evaluator"]))
     names = [t["name"] for t in tasks]

@@ -12,14 +12,16 @@ Pure parts (`parse_nvsmi_output`, `judge_host`) are separate from the I/O (`read
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.host_scripts import host_script, render
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.gpus.nvsmi import (
@@ -34,13 +36,17 @@ from tfctl.remote.gpus.nvsmi import (
 
 _MARK = "@@tfctl-gpus:"
 GPU_FIELDS = ("index", "uuid")
-NVSMI_SCRIPT = (
-    f"if ! command -v nvidia-smi >/dev/null 2>&1; then echo '{_MARK}none'; exit 0; fi\n"
-    f"{shlex.join(query_gpu_argv(GPU_FIELDS))} 2>&1\n"
-    f"echo '{_MARK}apps'\n"
-    f"{shlex.join(query_compute_apps_argv(DEFAULT_COMPUTE_APP_FIELDS))} 2>&1\n"
-)
+# The host-side program is `remote/agent/gpus_busy.sh`; `nvsmi_script()` fills it in.
 NO_NVIDIA_SMI = "no nvidia-smi on the PATH there"
+
+
+@functools.lru_cache(maxsize=1)
+def nvsmi_script() -> str:
+    """The shell program (`remote/agent/gpus_busy.sh`) that lists the host's GPUs and their
+    compute processes."""
+    return render(host_script("gpus_busy.sh"), MARK=_MARK,
+                  QUERY_GPUS=shlex.join(query_gpu_argv(GPU_FIELDS)),
+                  QUERY_APPS=shlex.join(query_compute_apps_argv(DEFAULT_COMPUTE_APP_FIELDS)))
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,7 @@ def mask_tokens(plan: Plan, host: str) -> tuple[str, ...]:
 
 def parse_nvsmi_output(stdout: str) -> tuple[dict[str, int | None], list[GpuProcess],
                                                str | None]:
-    """NVSMI_SCRIPT's output → (uuid → index, compute apps, error or None)."""
+    """`nvsmi_script()`'s output → (uuid → index, compute apps, error or None)."""
     if stdout.strip() == _MARK + "none":
         return {}, [], NO_NVIDIA_SMI
     gpu_text, _, apps_text = stdout.partition(_MARK + "apps")
@@ -187,7 +193,7 @@ def judge_host(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
 def read_host(t: Transport, tokens: Sequence[str], own_run_id: str | None = None) -> HostGpus:
     """One host: nvidia-smi in one round trip, then /proc for the pids on assigned GPUs."""
     host = t.host.name
-    res = t.run("sh -c " + shlex.quote(NVSMI_SCRIPT), timeout_s=30)
+    res = t.run("sh -c " + shlex.quote(nvsmi_script()), timeout_s=30)
     gpus, apps, error = parse_nvsmi_output(res.stdout)
     if error is not None:
         return HostGpus(host, error=error)
@@ -195,8 +201,7 @@ def read_host(t: Transport, tokens: Sequence[str], own_run_id: str | None = None
     pids = sorted({a.pid for a in apps if gpus.get(a.gpu_uuid) in assigned})
     procs: dict[int, Mapping[str, Any] | None] = {}
     if pids:
-        answer = agentclient.call(t, "procs", {"pids": pids})["procs"]
-        procs = {int(p): info for p, info in answer.items()}
+        procs = agentops.procs(t, pids)
     return judge_host(host, tokens, gpus, apps, procs, own_run_id)
 
 

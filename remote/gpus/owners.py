@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuSample
@@ -222,10 +222,9 @@ def read_task_processes(fleet: Fleet, run_id: str, hosts: Sequence[str]
                         ) -> tuple[tuple[TaskProcesses, ...], dict[str, str]]:
     """Every task of the run on these hosts (from the agent's `status`), and the hosts that
     could not be read (host → why)."""
-    answers = fleet.map(lambda t: agentclient.call(
-        t, "status", {"workdir": t.host.workdir, "run_id": run_id, "tail": 1}), hosts)
+    answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=1), hosts)
     tasks = [task_from_status(host, raw) for host, answer in answers.succeeded.items()
-             for raw in answer.get("tasks", [])]
+             for raw in answer.tasks]
     return tuple(tasks), {host: str(exc) for host, exc in answers.failed.items()}
 
 

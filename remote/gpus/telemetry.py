@@ -14,6 +14,7 @@ blocking read waiting forever). The UI side (`snapshot`, `snapshots`, `history`)
 
 from __future__ import annotations
 
+import functools
 import shlex
 import threading
 import time
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.host_scripts import host_script, render
 from tfctl.remote.connect.transport import Stream, Transport
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.gpus.history import (
@@ -48,15 +50,6 @@ from tfctl.remote.gpus.nvsmi import (
 
 _MARK = "@@tfctl-telemetry:"
 NO_NVIDIA_SMI = "no nvidia-smi on this host's PATH"
-# One round trip: is nvidia-smi there, what it can be asked, and which GPUs it sees now.
-PROBE_SCRIPT = f"""\
-if ! command -v nvidia-smi >/dev/null 2>&1; then echo '{_MARK}none'; exit 0; fi
-nvidia-smi --help-query-gpu 2>&1
-echo '{_MARK}apps'
-nvidia-smi --help-query-compute-apps 2>&1
-echo '{_MARK}gpus'
-nvidia-smi --query-gpu=uuid --format=csv,noheader 2>&1
-"""
 NO_GPUS_RECHECK_S = 60.0  # a GPU-less host is asked again this rarely, and said once
 
 
@@ -71,8 +64,15 @@ class Probe:
     error: str | None = None  # nvidia-smi is there but failed (e.g. NVML version mismatch)
 
 
+@functools.lru_cache(maxsize=1)
+def probe_script() -> str:
+    """One round trip (`remote/agent/telemetry_probe.sh`): is nvidia-smi there, what it can be
+    asked, and which GPUs it sees now."""
+    return render(host_script("telemetry_probe.sh"), MARK=_MARK)
+
+
 def parse_probe(stdout: str) -> Probe:
-    """Read PROBE_SCRIPT's output. Pure."""
+    """Read `probe_script()`'s output. Pure."""
     if stdout.strip() == _MARK + "none":
         return Probe(no_gpus=NO_NVIDIA_SMI)
     sections: dict[str, list[str]] = {"gpu": [], "apps": [], "gpus": []}
@@ -282,7 +282,7 @@ class TelemetryHub:
             self._stop.wait(min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1)))
 
     def _probe(self, transport: Transport) -> Probe:
-        result = transport.run(PROBE_SCRIPT, timeout_s=max(10.0, self.silence_s))
+        result = transport.run(probe_script(), timeout_s=max(10.0, self.silence_s))
         return parse_probe(result.stdout)
 
     def _follow(self, host: str, transport: Transport, probe: Probe) -> _Ended:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.gpus.busy import find_busy_gpus
@@ -60,7 +60,7 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
 
 
 def _probe(t: Transport, plan: Plan) -> tuple[dict[str, Any], list[int] | None]:
-    probe = agentclient.call(t, "probe", {"workdir": t.host.workdir})
+    probe = agentops.probe(t, t.host.workdir)
     gpus: list[int] | None = None
     if probe.get("nvidia_smi"):
         res = t.run("nvidia-smi --query-gpu=index --format=csv,noheader", timeout_s=20)
@@ -105,15 +105,14 @@ def _task_ports(plan: Plan, host: str) -> list[int]:
 
 def _check_ports(fleet: Fleet, plan: Plan, hosts: list[str],
                  reports: dict[str, HostReport]) -> dict[str, set[int]]:
-    answers = fleet.map(lambda t: agentclient.call(
-        t, "ports", {"ports": _task_ports(plan, t.host.name)}), hosts)
+    answers = fleet.map(lambda t: agentops.ports(t, _task_ports(plan, t.host.name)), hosts)
     busy: dict[str, set[int]] = {h: set() for h in hosts}
     for name, result in answers.succeeded.items():
-        for state in result["ports"]:
-            if state.get("free"):
+        for state in result:
+            if state.free:
                 continue
-            busy[name].add(int(state["port"]))
-            reports[name].add("fail", f"port {state['port']} is busy: {describe_holder(state)}")
+            busy[name].add(state.port)
+            reports[name].add("fail", f"port {state.port} is busy: {describe_holder(state.raw)}")
         if not busy[name]:
             reports[name].add("ok", f"task ports {_task_ports(plan, name)} free")
     for name, exc in answers.failed.items():
@@ -155,8 +154,8 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
         return
     inv = plan.inventory
     free = {h: [p for p in _task_ports(plan, h) if p not in busy[h]] for h in hosts}
-    listening = fleet.map(lambda t: agentclient.call(
-        t, "listen", {"ports": free[t.host.name], "seconds": LISTEN_SECONDS}), hosts)
+    listening = fleet.map(lambda t: agentops.listen(t, free[t.host.name], LISTEN_SECONDS),
+                          hosts)
     up = [h for h in hosts if h in listening.succeeded and listening.succeeded[h].get("bound")]
     for h in up:
         free[h] = [int(p) for p in listening.succeeded[h]["bound"]]
@@ -164,15 +163,14 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
     def targets_for(me: str) -> list[str]:
         return [f"{inv.host(h).address}:{p}" for h in up if h != me for p in free[h]]
 
-    connects = fleet.map(lambda t: agentclient.call(
-        t, "connect", {"targets": targets_for(t.host.name), "timeout_s": 3}), hosts)
+    connects = fleet.map(lambda t: agentops.connect(t, targets_for(t.host.name), 3), hosts)
     for src, result in connects.succeeded.items():
-        bad = [str(r["target"]) for r in result["targets"] if not r.get("ok")]
+        bad = [str(r["target"]) for r in result if not r.get("ok")]
         if bad:
             reports[src].add("fail", f"cannot reach {', '.join(bad)} (a firewall between "
                                      "hosts?): TensorFlow tasks must reach each other's ports")
         elif up:
             reports[src].add("ok", f"reaches {len(targets_for(src))} task ports on its peers")
     # The listeners would exit by themselves after LISTEN_SECONDS; free the ports now.
-    pids = {h: listening.succeeded[h].get("pid") for h in up}
-    fleet.map(lambda t: t.run(f"kill {int(pids[t.host.name])}"), [h for h in up if pids[h]])
+    pids = {h: int(listening.succeeded[h].get("pid") or 0) for h in up}
+    fleet.map(lambda t: t.run(f"kill {pids[t.host.name]}"), [h for h in up if pids[h]])

@@ -1,4 +1,5 @@
-"""One object for everything a front end does to a run: up, down, sync, restart, status, logs.
+"""One object for everything a front end does to a run: up, wait, status, logs, down, sync,
+restart, TensorBoard and the GPU watch. The CLI commands and the dashboard both call it.
 
 The dashboard takes a `RunController` by injection (tests pass a fake with the same methods).
 Every method blocks (SSH), so the UI calls them from thread workers; per-host reads
@@ -7,31 +8,50 @@ Every method blocks (SSH), so the UI calls them from thread workers; per-host re
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan, make_plan
-from tfctl.remote.connect import agentclient
-from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect import agentops
+from tfctl.remote.connect.agentops import StopAnswer
+from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.transport import SshOptions
-from tfctl.remote.errors import GpusBusy
+from tfctl.remote.errors import GpusBusy, RemoteError
 from tfctl.remote.runs.current import CurrentRun, current_run, remember
 from tfctl.remote.runs.launch import launch, new_run_id
 from tfctl.remote.runs.logs import LogFollower
-from tfctl.remote.runs.setup import attach_logs, raise_if_failed, run_setup
+from tfctl.remote.runs.setup import SetupOutcome, attach_logs
 from tfctl.remote.runs.status import (
     RunStatus,
     TaskStatus,
+    describe_fatal,
     finalize_if_ended,
     read_status,
     task_from_agent,
 )
-from tfctl.remote.runs.stop import stop_run
-from tfctl.remote.sync.rsync import SyncResult, sync_all
+from tfctl.remote.runs.steps import (
+    WARNING,
+    NoHooks,
+    SyncFailed,
+    UpHooks,
+    busy_gpu_step,
+    setup_step,
+    sync_step,
+)
+from tfctl.remote.runs.stop import stop_run, stopped_tasks
+from tfctl.remote.sync.result import SyncResult
+
+if TYPE_CHECKING:
+    from tfctl.remote.connect.tunnel import Tunnel
+    from tfctl.remote.history.listing import RunSummary
+    from tfctl.remote.runs.gpuwatch import GpuWatch
 
 Say = Callable[[str], None]
-__all__ = ["GpusBusy", "RunController", "UpOptions"]
+__all__ = ["WARNING", "DownSummary", "GpusBusy", "RunController", "StatusReport", "SyncFailed",
+           "UpHooks", "UpOptions", "WaitResult"]
 
 
 @dataclass(frozen=True)
@@ -46,20 +66,66 @@ class UpOptions:
     start_timeout_s: float = 180.0
 
 
-
 @dataclass(frozen=True)
 class DownSummary:
+    """What `down` did. `unreachable` hosts were not stopped (`errors` says why); `problems`
+    are hosts where processes of the run survived SIGKILL or still hold GPU memory."""
+
     run_id: str | None
     stopped: tuple[str, ...]
     unreachable: tuple[str, ...]
+    killed_after_grace: tuple[str, ...] = ()
+    problems: Mapping[str, StopAnswer] = field(default_factory=dict)
+    errors: Mapping[str, RemoteError] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.unreachable and not self.problems
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    """How `wait` ended: the job ended (`exit_code`), or `timed_out`."""
+
+    run_id: str
+    ended: bool
+    exit_code: int | None = None
+    fatal: str | None = None
+    """Why the job failed, in a sentence, when a task's failure ended it."""
+    stopped: tuple[str, ...] = ()
+    """Tasks (parameter servers) stopped because the job ended."""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    run: CurrentRun
+    status: RunStatus
+    stopped: tuple[str, ...]
+    """Parameter servers stopped by this read, because it found the job ended."""
 
 
 class RunController:
     def __init__(self, inventory: Inventory, options: SshOptions | None = None):
         self.inventory = inventory
-        self.plan: Plan = make_plan(inventory)
+        self._plan: Plan | None = None
         self.fleet = Fleet(inventory, options)
         self._run: CurrentRun | None = None
+        self.starting_run_id: str | None = None
+        """Set by `up` once it chose a run id, before any task starts (for rollback)."""
+        self.up_status: RunStatus | None = None
+        """The read that ended the last `up` (every task verified started)."""
+
+    @property
+    def plan(self) -> Plan:
+        """The inventory's plan, made on first use (`down` and `status` need none)."""
+        if self._plan is None:
+            self._plan = make_plan(self.inventory)
+        return self._plan
+
+    @plan.setter
+    def plan(self, value: Plan) -> None:
+        self._plan = value
 
     # -- which run ------------------------------------------------------------------------
     def current(self, refresh: bool = False) -> CurrentRun | None:
@@ -73,13 +139,18 @@ class RunController:
         return run.run_id if run else None
 
     # -- reads ----------------------------------------------------------------------------
-    def status(self) -> RunStatus | None:
+    def status_report(self, tail: int = 1) -> StatusReport | None:
+        """Every task of the current run with `tail` log lines; if the job ended, its parameter
+        servers are stopped and the end recorded (`stopped`)."""
         run = self.current()
         if run is None:
             return None
-        st = read_status(self.fleet, run.run_id, list(run.hosts))
-        finalize_if_ended(self.fleet, st, list(run.hosts))
-        return st
+        st = read_status(self.fleet, run.run_id, list(run.hosts), tail=tail)
+        return StatusReport(run, st, tuple(finalize_if_ended(self.fleet, st, list(run.hosts))))
+
+    def status(self, tail: int = 1) -> RunStatus | None:
+        report = self.status_report(tail)
+        return report.status if report else None
 
     def host_status(self, host: str) -> tuple[TaskStatus, ...]:
         """One host's tasks of the current run (raises RemoteError if it is unreachable)."""
@@ -87,9 +158,8 @@ class RunController:
         if run is None or host not in run.hosts:
             return ()
         t = self.fleet.transport(host)
-        answer = agentclient.call(t, "status", {"workdir": t.host.workdir,
-                                                "run_id": run.run_id, "tail": 1})
-        return tuple(task_from_agent(host, raw) for raw in answer.get("tasks", []))
+        answer = agentops.status(t, t.host.workdir, run.run_id, tail=1)
+        return tuple(task_from_agent(host, raw) for raw in answer.tasks)
 
     def log_follower(self, tasks: set[str] | None = None) -> LogFollower | None:
         run = self.current()
@@ -97,33 +167,98 @@ class RunController:
             return None
         return LogFollower(self.fleet, run.run_id, list(run.hosts), tasks)
 
+    logs = log_follower
+
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> WaitResult | None:
+        """Block until the current job ends (then stop its parameter servers) or `timeout`
+        seconds pass; None when there is no run."""
+        run = self.current()
+        if run is None:
+            return None
+        hosts = list(run.hosts)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = read_status(self.fleet, run.run_id, hosts)
+            if st.job_ended and not st.unreachable:
+                fatal = describe_fatal(st.fatal) if st.fatal is not None else None
+                stopped = tuple(finalize_if_ended(self.fleet, st, hosts))
+                return WaitResult(run.run_id, True, st.exit_code, fatal, stopped)
+            if deadline is not None and time.monotonic() > deadline:
+                return WaitResult(run.run_id, False, timed_out=True)
+            time.sleep(poll_s)
+
     # -- actions --------------------------------------------------------------------------
     def sync(self) -> dict[str, SyncResult]:
-        result = sync_all(self.fleet)
+        """Sync the code to every host; raises the first host's failure."""
+        result = self.sync_report()
         if result.failed:
             raise next(iter(result.failed.values()))
         return dict(result.succeeded)
 
-    def up(self, say: Say, do_sync: bool = True, force_setup: bool = False) -> str:
-        if do_sync and self.inventory.job.sync.enabled:
-            self.sync()
-        setup = run_setup(self.fleet, force=force_setup,
-                          progress=lambda host, text: say(f"setup {host}: {text}"))
-        raise_if_failed(setup)  # a SetupFailed names the host, the command and its status
-        run_id = new_run_id()
-        launch(self.fleet, self.plan, run_id, say)
-        attach_logs(self.fleet, run_id, setup)
+    def sync_report(self, delete: bool = False, on_event: Say | None = None
+                    ) -> FleetResult[SyncResult]:
+        """Sync the code to every host; every host's result or failure (nothing raised)."""
+        from tfctl.remote.sync.rsync import sync_all
+
+        say = on_event
+        return sync_all(self.fleet, delete=delete,
+                        progress=None if say is None else lambda h, m: say(f"{h}: {m}"))
+
+    def setup(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
+              hooks: UpHooks | None = None) -> FleetResult[SetupOutcome]:
+        """`up`'s first two steps alone: sync (if `options.sync`), then job.setup (cached).
+        Raises `SyncFailed`, or the first host's setup error."""
+        say: Say = on_event or (lambda _text: None)
+        hooks = hooks or NoHooks()
+        if options.sync and self.inventory.job.sync.enabled:
+            sync_step(self.fleet, say, hooks)
+        return setup_step(self.fleet, options.force_setup, say, hooks)
+
+    def up(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
+           hooks: UpHooks | None = None) -> str:
+        """Sync, setup (cached), the busy-GPU check, start every task, remember the run.
+
+        Raises `SyncFailed`, `SetupFailed` (or the host's connection error) or `GpusBusy` with
+        nothing started; a launch failure (`LaunchFailed`) or Ctrl-C (`launch.Interrupted`) is
+        raised after everything this run started was stopped again. `on_event` gets one line per
+        step (warnings start with `WARNING`); `hooks` get the steps' results (the CLI prints
+        per-host summaries from them) and the run id before any task starts.
+        """
+        say: Say = on_event or (lambda _text: None)
+        hooks = hooks or NoHooks()
+        self.starting_run_id = None
+        for w in self.plan.warnings:
+            say(WARNING + w)
+        setup = self.setup(options, say, hooks=hooks)
+        busy_gpu_step(self.fleet, self.plan, options.force, say)
+        run_id = self.starting_run_id = new_run_id()
+        hooks.run_started(run_id)
+        launch(self.fleet, self.plan, run_id, say, start_timeout_s=options.start_timeout_s,
+               ps_first=options.ps_first)
         remember(self.inventory, run_id, self.plan.hosts_used)
+        attach_logs(self.fleet, run_id, setup)
         self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
+        self.up_status = read_status(self.fleet, run_id, list(self.plan.hosts_used), mark_up=True)
         return run_id
 
+    def rollback(self, run_id: str | None = None) -> str:
+        """Stop what `up` started as `run_id` (default: the run `up` was starting); a sentence."""
+        from tfctl.remote.runs.launch import rollback
+
+        chosen = run_id or self.starting_run_id
+        return "nothing had started" if chosen is None else rollback(self.fleet, self.plan,
+                                                                    chosen)
+
     def down(self, grace_s: float = 10.0) -> DownSummary:
+        """TERM, grace, KILL and verify every process of the current run on every host."""
         run = self.current(refresh=True)
         if run is None:
             return DownSummary(None, (), ())
         result = stop_run(self.fleet, run.run_id, run.hosts, grace_s=grace_s)
-        stopped = tuple(sorted(n for r in result.succeeded.values() for n in r.get("stopped", [])))
-        return DownSummary(run.run_id, stopped, tuple(result.failed))
+        killed = sorted(n for r in result.succeeded.values() for n in r.killed_after_grace)
+        problems = {h: r for h, r in result.succeeded.items() if not r.clean}
+        return DownSummary(run.run_id, tuple(stopped_tasks(result)), tuple(result.failed),
+                           tuple(killed), problems, dict(result.failed))
 
     def restart_task(self, task: str) -> None:
         """Stop one task and start it again with the same mask, env and command (log appended)."""
@@ -133,8 +268,44 @@ class RunController:
         host = self.plan.task(task).host
         stop_run(self.fleet, run.run_id, [host], grace_s=5.0, tasks=[task])
         t = self.fleet.transport(host)
-        agentclient.call(t, "launch", {"workdir": t.host.workdir, "run_id": run.run_id,
-                                       "tasks": [task]})
+        agentops.launch(t, t.host.workdir, run.run_id, [task])
+
+    def ensure_tensorboard(self, allow_start: Callable[[str], bool], on_event: Say) -> bool:
+        """True once `job.tensorboard` runs (started if `allow_start(why)` says so); see
+        `tfctl.remote.runs.tensorboard`."""
+        from tfctl.remote.runs.tensorboard import ensure_tensorboard
+
+        return ensure_tensorboard(self, allow_start, on_event)
+
+    def tensorboard_tunnel(self, local_port: int | None = None, say: Say | None = None
+                           ) -> Tunnel | None:
+        """A tunnel (`tfctl.remote.connect.tunnel.Tunnel`, not yet open) to `job.tensorboard`
+        over the controller's SSH connection, or None without one."""
+        tb = self.inventory.job.tensorboard
+        if tb is None:
+            return None
+        from tfctl.remote.connect.tunnel import Tunnel
+
+        return Tunnel(self.fleet, tb.host, tb.port, local_port, say=say)
+
+    def gpu_watch(self, interval_s: float | None = None) -> GpuWatch:
+        """Telemetry, owners and findings over this controller's connections (not started)."""
+        from tfctl.remote.runs.gpuwatch import GpuWatch
+
+        interval_ms = None if interval_s is None else max(100, round(interval_s * 1000))
+        return GpuWatch(self.fleet, self.current, interval_ms)
+
+    def runs(self) -> list[RunSummary]:
+        """The runs the hosts remember, newest first (`tfctl runs`; the dashboard's `h`)."""
+        from tfctl.remote.history.listing import list_runs
+
+        return list_runs(self.fleet)[0]
 
     def close(self) -> None:
         self.fleet.close()
+
+    def __enter__(self) -> RunController:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.inventory.model import Inventory
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 
 
@@ -55,12 +55,12 @@ def current_run(inv: Inventory, fleet: Fleet) -> CurrentRun | None:
 
 def find_run_on_hosts(fleet: Fleet) -> CurrentRun | None:
     """The newest run any host knows, preferring a live one; hosts that hold it are its hosts."""
-    listing = fleet.map(lambda t: agentclient.call(t, "runs", {"workdir": t.host.workdir}))
+    listing = fleet.map(lambda t: agentops.runs(t, t.host.workdir))
     runs: dict[str, dict[str, Any]] = {}
     for host, found in listing.succeeded.items():
-        for run in found["runs"]:
-            entry = runs.setdefault(run["run_id"], {"live": False, "hosts": []})
-            entry["live"] = entry["live"] or bool(run.get("live"))
+        for run in found:
+            entry = runs.setdefault(run.run_id, {"live": False, "hosts": []})
+            entry["live"] = entry["live"] or run.live
             entry["hosts"].append(host)
     if not runs:
         return None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tfctl.inventory.plan import Plan, Task
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.check import describe_holder
@@ -70,7 +70,8 @@ def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
     restart = plan.inventory.job.restart
     data = task.to_json()
     data["restart"] = {"policy": restart.for_type(task.type), "max": restart.max,
-                       "backoff_s": restart.backoff_s}
+                       "backoff_s": restart.backoff_s,
+                       "together": restart.together and task.type in ("worker", "chief")}
     return data
 
 
@@ -111,28 +112,27 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
 
 def _preflight(host: str, t: Any, plan: Plan) -> None:
     ports = sorted({x.port for x in plan.on_host(host) if x.port is not None})
-    states = agentclient.call(t, "ports", {"ports": ports})["ports"]
-    for state in states:
-        port = int(state["port"])
-        if not state.get("free"):
+    for state in agentops.ports(t, ports):
+        port = state.port
+        if not state.free:
             task = next(x.name for x in plan.on_host(host) if x.port == port)
-            if state.get("tfctl_run_id"):
-                raise LaunchFailed(host, f"run {state['tfctl_run_id']} is still live there "
-                                         f"(its {state.get('tfctl_task')} holds port {port}): "
+            if state.run_id:
+                raise LaunchFailed(host, f"run {state.run_id} is still live there "
+                                         f"(its {state.task} holds port {port}): "
                                          "run `tfctl down` first")
             raise LaunchFailed(host, f"port {port} (for {task}) is already in use: "
-                                     f"{describe_holder(state)}; stop it or change job.ports")
+                                     f"{describe_holder(state.raw)}; stop it or change job.ports")
 
 
 def _prepare(t: Any, plan: Plan, run_id: str, start_timeout_s: float) -> None:
     host = t.host
     manifest = {"run_id": run_id, "inventory": plan.inventory.name, "host": host.name,
                 "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
+                "throughput_patterns": list(plan.inventory.job.throughput),
                 "end": end_rule(plan, start_timeout_s),
                 "tasks": [task_manifest(x, plan) for x in plan.on_host(host.name)]}
     try:
-        agentclient.call(t, "prepare", {"workdir": host.workdir, "run_id": run_id,
-                                        "manifest": manifest})
+        agentops.prepare(t, host.workdir, run_id, manifest)
     except RemoteError as exc:
         if exc.kind == "run_live":
             live = exc.data.get("run_id", "?")
@@ -151,32 +151,30 @@ def _start_phase(fleet: Fleet, plan: Plan, run_id: str, phase: tuple[str, ...],
     def start(t: Any) -> list[Started]:
         host = t.host
         names = by_host[host.name]
-        args = {"workdir": host.workdir, "run_id": run_id, "tasks": names}
-        pids = agentclient.call(t, "launch", args)["tasks"]
-        waited = _wait_listening(t, args, timeout_s, cancel)
+        pids = agentops.launch(t, host.workdir, run_id, names).tasks
+        waited = _wait_listening(t, run_id, names, timeout_s, cancel)
         _judge_start(host.name, waited)
-        return [Started(n, host.name, int(pids[n]["pid"]), int(pids[n]["pgid"])) for n in names]
+        return [Started(n, host.name, pids[n].pid, pids[n].pgid) for n in names]
 
     result = _interruptible(lambda: fleet.map(start, list(by_host)), cancel)
     _raise_first(result, "start")
     return [s for group in result.succeeded.values() for s in group]
 
 
-def _wait_listening(t: Any, args: dict[str, Any], timeout_s: float,
-                    cancel: threading.Event) -> dict[str, Any]:
+def _wait_listening(t: Any, run_id: str, names: list[str], timeout_s: float,
+                    cancel: threading.Event) -> dict[str, agentops.StartState]:
     """`wait_ports` in rounds of at most WAIT_ROUND_S until every task listens, ended, or the
     time is up; stops early (as a failure) once `cancel` is set."""
     deadline = time.monotonic() + timeout_s
-    pending, done = list(args["tasks"]), {}
+    pending, done = list(names), {}
     while pending:
         if cancel.is_set():
             raise RemoteError(t.host.name, "interrupted while its tasks were starting")
         left = max(0.0, deadline - time.monotonic())
         last = left <= WAIT_ROUND_S
-        answer = agentclient.call(t, "wait_ports", {**args, "tasks": pending,
-                                                    "timeout_s": min(left, WAIT_ROUND_S)},
-                                  timeout_s=WAIT_ROUND_S + 30)["tasks"]
-        done.update({n: s for n, s in answer.items() if last or s.get("state") != "timeout"})
+        answer = agentops.wait_ports(t, t.host.workdir, run_id, pending,
+                                     min(left, WAIT_ROUND_S), call_timeout_s=WAIT_ROUND_S + 30)
+        done.update({n: s for n, s in answer.items() if last or s.state != "timeout"})
         pending = [n for n in pending if n not in done]
     return done
 
@@ -207,26 +205,24 @@ def _interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
     return value
 
 
-def _judge_start(host: str, waited: Mapping[str, Any]) -> None:
+def _judge_start(host: str, waited: Mapping[str, agentops.StartState]) -> None:
     for name, state in waited.items():
-        if state.get("state") == "listening" or state.get("state") == "running":
+        if state.started:  # listening, or a fast task that already finished its work
             continue
-        if state.get("state") == "exited" and state.get("exit_code") == 0:
-            continue  # a fast task that already finished its work
-        how = _how_it_ended(state)
-        if state.get("port_holder") and not state["port_holder"].get("free"):
-            how += f" (port {state.get('port')} {describe_holder(state['port_holder'])})"
-        raise LaunchFailed(host, f"{name} {how}", "\n".join(state.get("last_lines") or []))
+        how = how_it_ended(state)
+        if state.port_holder and not state.port_holder.get("free"):
+            how += f" (port {state.port} {describe_holder(state.port_holder)})"
+        raise LaunchFailed(host, f"{name} {how}", "\n".join(state.last_lines))
 
 
-def _how_it_ended(state: Mapping[str, Any]) -> str:
-    if state.get("state") == "timeout":
+def how_it_ended(state: agentops.StartState) -> str:
+    if state.state == "timeout":
         return "did not start listening on its port in time"
-    if state.get("error"):
-        return f"could not start: {state['error']}"
-    if state.get("signal"):
-        return f"was killed by {state['signal']} at start"
-    return f"exited {state.get('exit_code')} at start"
+    if state.error:
+        return f"could not start: {state.error}"
+    if state.signal:
+        return f"was killed by {state.signal} at start"
+    return f"exited {state.exit_code} at start"
 
 
 def _raise_first(result: FleetResult[Any], step: str) -> None:
@@ -238,17 +234,16 @@ def _raise_first(result: FleetResult[Any], step: str) -> None:
 
 def rollback(fleet: Fleet, plan: Plan, run_id: str) -> str:
     """Stop whatever this run started; return a sentence saying what was cleaned."""
-    from tfctl.remote.runs.stop import stop_run
+    from tfctl.remote.runs.stop import stop_run, stopped_tasks
 
     outcome = stop_run(fleet, run_id, plan.hosts_used, grace_s=3.0)
-    stopped = sorted(t for r in outcome.succeeded.values() for t in r.get("stopped", []))
+    stopped = stopped_tasks(outcome)
     left = ", ".join(outcome.failed) if outcome.failed else ""
     text = f"stopped {', '.join(stopped)}" if stopped else "nothing had started"
     if left:
         text += f"; could not reach {left} to clean up"
     # Per-host failures are collected by the fleet; the run dirs keep their logs either way.
-    fleet.map(lambda t: agentclient.call(t, "finish", {
-        "workdir": t.host.workdir, "run_id": run_id, "status": {"state": "aborted"}}),
-        [h for h in plan.hosts_used if h not in outcome.failed])
+    fleet.map(lambda t: agentops.finish(t, t.host.workdir, run_id, {"state": "aborted"}),
+              [h for h in plan.hosts_used if h not in outcome.failed])
     return text
 

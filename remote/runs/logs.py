@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.transport import Transport
 
 
 @dataclass
@@ -29,26 +30,20 @@ class LogFollower:
         self.partial: dict[str, str] = {}
 
     def poll(self, tail_lines: int | None = None) -> LogBatch:
-        def read(t: object) -> dict[str, object]:
-            host = t.host  # type: ignore[attr-defined]
-            args: dict[str, object] = {"workdir": host.workdir, "run_id": self.run_id,
-                                       "offsets": self.offsets[host.name],
-                                       "max_bytes": self.max_bytes}
-            if tail_lines is not None:
-                args["tail_lines"] = tail_lines
-            result: dict[str, object] = agentclient.call(t, "logs", args)  # type: ignore[arg-type]
-            return result
+        def read(t: Transport) -> dict[str, agentops.LogChunk]:
+            return agentops.logs(t, t.host.workdir, self.run_id, self.offsets[t.host.name],
+                                 self.max_bytes, tail_lines)
 
         answers = self.fleet.map(read, self.hosts)
         batch = LogBatch(errors={h: str(e) for h, e in answers.failed.items()})
         for host, answer in answers.succeeded.items():
-            for task, chunk in sorted(answer.get("logs", {}).items()):  # type: ignore[attr-defined]
-                self.offsets[host][task] = int(chunk["offset"])
+            for task, chunk in sorted(answer.items()):
+                self.offsets[host][task] = chunk.offset
                 if self.tasks is not None and task not in self.tasks:
                     continue
-                if chunk.get("reset"):
+                if chunk.reset:
                     self.partial.pop(task, None)
-                batch.lines += [(task, line) for line in self._split(task, chunk["data"])]
+                batch.lines += [(task, line) for line in self._split(task, chunk.data)]
         return batch
 
     def _split(self, task: str, text: str) -> list[str]:

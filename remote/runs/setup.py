@@ -31,6 +31,7 @@ from typing import Literal
 
 from tfctl.inventory.model import Host, Job
 from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.connect.host_scripts import render, sections
 from tfctl.remote.connect.transport import Transport, shell_path
 from tfctl.remote.errors import RemoteError
 
@@ -117,66 +118,21 @@ def commands_digest(commands: Sequence[str]) -> str:
 
 
 def setup_script(job: Job, workdir: str, force: bool) -> str:
-    """The POSIX shell program one host runs; it speaks only in `MARK` lines on stdout.
+    """The POSIX shell program one host runs (`remote/agent/setup.sh`); it speaks only in `MARK`
+    lines on stdout.
 
     Its own variables start with `_tf_` so that the user's commands, run by `eval` in the same
     shell, neither clobber them nor see surprising names.
     """
-    inputs = " ".join(shlex.quote(p) for p in job.setup_inputs)
-    skip = "" if force else (
-        'if [ -e "$_tf_D/done-$_tf_H" ]; then echo "${_tf_M}log $_tf_LOG"\n'
-        '  echo "${_tf_M}skip $(cat "$_tf_D/done-$_tf_H")"; exit 0; fi\n')
-    head = (
-        f"_tf_M='{MARK}'\n"
-        f"_tf_tail() {{ tail -n {TAIL_LINES} \"$_tf_LOG\" | sed \"s/^/${{_tf_M}}out /\"; }}\n"
-        "_tf_on_exit() {\n"  # also when a command ends the shell itself (`exit 3`)
-        "  _tf_rc=$?; if [ -n \"$_tf_running\" ]; then _tf_tail; fi\n"
-        "  echo \"${_tf_M}exit $_tf_rc\"\n"
-        "}\n"
-        "_tf_running=\n"
-        "trap _tf_on_exit EXIT\n"
-        f"mkdir -p {shell_path(workdir)} 2>/dev/null; cd {shell_path(workdir)} 2>/dev/null || "
-        f"{{ echo \"${{_tf_M}}error cannot enter the workdir {_q_echo(workdir)}\"; exit 0; }}\n"
-        f'_tf_D="$(pwd)/{SETUP_DIR}"\n'
-        'mkdir -p "$_tf_D" || { echo "${_tf_M}error cannot create $_tf_D"; exit 0; }\n'
-        "_tf_file() {\n"
-        "  printf 'file %s %s\\n' \"$1\" \\\n"
-        "    \"$(stat -c %Y \"$1\" 2>/dev/null || stat -f %m \"$1\")\"\n"
-        "  cat \"$1\"\n"
-        "}\n"
-        "_tf_hash_inputs() {\n"
-        f"  echo {commands_digest(job.setup)}\n"
-        f"  for _tf_f in {inputs}; do\n"
-        '    if [ -d "$_tf_f" ]; then\n'
-        '      find "$_tf_f" -type f -print | LC_ALL=C sort | while IFS= read -r _tf_p; do\n'
-        "        _tf_file \"$_tf_p\"; done\n"
-        "    elif [ -f \"$_tf_f\" ]; then _tf_file \"$_tf_f\"\n"
-        "    else printf 'missing %s\\n' \"$_tf_f\"; fi\n"
-        "  done\n"
-        "}\n"
-        "_tf_H=$(_tf_hash_inputs | { sha256sum 2>/dev/null || cksum; } | tr -cd '0-9a-f' "
-        "| cut -c1-16)\n"
-        'echo "${_tf_M}hash $_tf_H"\n'
-        '_tf_LOG="$_tf_D/$_tf_H.log"\n'
-        f"{skip}"
-        'rm -f "$_tf_D"/done-*\n'
-        f'ls -1t "$_tf_D"/*.log 2>/dev/null | tail -n +{KEEP_LOGS} | '
-        'while IFS= read -r _tf_old; do rm -f "$_tf_old"; done\n'
-        ': > "$_tf_LOG"\n'
-        'echo "${_tf_M}log $_tf_LOG"\n'
-    )
-    steps = "".join(
-        f"_tf_c={shlex.quote(command)}\n"
-        f'echo "${{_tf_M}}start {i}"\n'
-        "printf '$ %s\\n' \"$_tf_c\" >>\"$_tf_LOG\"\n"
-        "_tf_running=1\n"
-        'eval "$_tf_c" </dev/null >>"$_tf_LOG" 2>&1\n'
-        "_tf_rc=$?; _tf_running=\n"
-        f'if [ $_tf_rc -ne 0 ]; then echo "${{_tf_M}}fail {i} $_tf_rc"; _tf_tail; exit 0; fi\n'
-        f'echo "${{_tf_M}}ok {i}"\n'
-        for i, command in enumerate(job.setup))
-    tail = 'date +%s > "$_tf_D/done-$_tf_H"\necho "${_tf_M}done"\nexit 0\n'
-    return head + steps + tail
+    parts = sections("setup.sh")
+    values = {"MARK": MARK, "TAIL_LINES": TAIL_LINES, "WORKDIR": shell_path(workdir),
+              "WORKDIR_ECHO": _q_echo(workdir), "SETUP_DIR": SETUP_DIR,
+              "DIGEST": commands_digest(job.setup), "KEEP_LOGS": KEEP_LOGS,
+              "INPUTS": " ".join(shlex.quote(p) for p in job.setup_inputs)}
+    head = render(parts["head"] + ("" if force else parts["skip"]) + parts["prepare"], **values)
+    steps = "".join(render(parts["step"], **values, I=i, COMMAND=shlex.quote(command))
+                    for i, command in enumerate(job.setup))
+    return head + steps + render(parts["tail"], **values)
 
 
 def _q_echo(text: str) -> str:

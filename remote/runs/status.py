@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 
 ENDED = ("exited", "killed", "stopped", "lost")
@@ -94,14 +94,13 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
                 mark_up: bool = False) -> RunStatus:
     """Every task of the run, from every host; `mark_up` (the read that ends `up`) also tells
     each host's watcher that the whole run had started."""
-    answers = fleet.map(lambda t: agentclient.call(
-        t, "status", {"workdir": t.host.workdir, "run_id": run_id, "tail": tail,
-                      "mark_up": mark_up}), hosts)
+    answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=tail,
+                                                  mark_up=mark_up), hosts)
     tasks: list[TaskStatus] = []
     finished: Mapping[str, Any] | None = None
     for host, answer in answers.succeeded.items():
-        finished = finished or answer.get("finished")
-        tasks += [task_from_agent(host, raw) for raw in answer.get("tasks", [])]
+        finished = finished or answer.finished
+        tasks += [task_from_agent(host, raw) for raw in answer.tasks]
     unreachable = {h: str(e) for h, e in answers.failed.items()}
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
@@ -178,7 +177,7 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
     """
     if not status.job_ended or status.unreachable:
         return []
-    from tfctl.remote.runs.stop import stop_run
+    from tfctl.remote.runs.stop import stop_run, stopped_tasks
 
     # ps tasks (and ParameterServerStrategy's workers) only serve: `server.join()` never
     # returns; after a fatal failure the chief goes too. TensorBoard and the evaluator are left
@@ -188,12 +187,11 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
     stopped: list[str] = []
     if ps:
         result = stop_run(fleet, status.run_id, hosts, grace_s=5.0, tasks=ps)
-        stopped = sorted(n for r in result.succeeded.values() for n in r.get("stopped", []))
+        stopped = stopped_tasks(result)
     code = status.exit_code
     if status.finished is not None and not stopped:
         return stopped  # a host's watcher (remote/agent/watch.py) recorded the end first
-    fleet.map(lambda t: agentclient.call(t, "finish", {
-        "workdir": t.host.workdir, "run_id": status.run_id,
-        "status": {"state": "finished", "exit_code": code,
-                   "cause": status.fatal.name if status.fatal is not None else None}}), hosts)
+    fleet.map(lambda t: agentops.finish(t, t.host.workdir, status.run_id, {
+        "state": "finished", "exit_code": code,
+        "cause": status.fatal.name if status.fatal is not None else None}), hosts)
     return stopped

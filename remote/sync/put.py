@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.remote.agent.sync import entry_signature
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentops
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import HostUnreachable, RemoteError
 
@@ -56,17 +56,15 @@ def put_changed(t: Transport, source: str, dest: str, differ: list[str],
     if files is None:  # a file changed again (or went) since it was listed: rsync decides
         return Put((), 0, tuple(differ))
     try:
-        answer = agentclient.call(t, "put_files", {"workdir": dest, "files": files},
-                                  timeout_s=120)
+        answer = agentops.put_files(t, dest, files, timeout_s=120)
     except HostUnreachable:
         raise  # rsync would not get through either
     except RemoteError as exc:
         if exc.kind in ("python_missing", "agent_missing"):
             raise
         return Put((), 0, tuple(differ))  # e.g. a folder where the file goes: rsync handles it
-    written = tuple(answer.get("written", ()))
-    done = set(written)
-    return Put(written, int(answer.get("bytes", 0)), tuple(p for p in differ if p not in done))
+    done = set(answer.written)
+    return Put(answer.written, answer.bytes, tuple(p for p in differ if p not in done))
 
 
 def new_sync() -> None:

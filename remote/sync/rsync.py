@@ -33,28 +33,18 @@ from dataclasses import dataclass
 
 from tfctl.inventory.model import Host, Inventory
 from tfctl.remote.agent.sync import entry_signature
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect import agentclient, agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.local import LocalTransport
 from tfctl.remote.connect.transport import SshOptions, Transport, shell_path
 from tfctl.remote.errors import CommandFailed, RemoteError
 from tfctl.remote.sync.put import new_sync, put_changed, worth_putting
+from tfctl.remote.sync.result import SyncResult
 
 # `.tfctl-state-*` is the local state file beside the inventory: not code, and rewritten by
 # every `up`, so syncing it would make every sync after an `up` a changed one. `/runs/` at the
 # top is where `tfctl collect` brings runs home: results, never code to send back out.
 ALWAYS_EXCLUDED = (".tfctl/", ".tfctl-state-*", "__pycache__/", "*.pyc", "/runs/")
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    host: str
-    method: str  # "rsync" | "agent" (small change) | "sftp" | "skipped" | "unchanged"
-    files_transferred: int
-    bytes_transferred: int
-    changed: tuple[str, ...]
-    dest: str
-    note: str = ""
 
 
 Progress = Callable[[str, str], None]
@@ -136,25 +126,24 @@ def sync_host(t: Transport, source: str, inv: Inventory, options: SshOptions, de
     agentclient.prestart(t)  # connect and start the agent while the listing finishes
     listed = listing() if listing else source_listing(source, inv)
     try:
-        diff = agentclient.call(t, "sync_diff", {"workdir": host.workdir, "entries": listed.blob
-                                                 or _EMPTY}, timeout_s=60)
+        diff = agentops.sync_diff(t, host.workdir, listed.blob or _EMPTY, timeout_s=60)
     except RemoteError as exc:
         if exc.kind != "python_missing":
             raise
         # The host's python may be what job.setup creates after this sync: sync as rsync alone
         # would, after a shell round trip for what the agent would have said.
-        diff = dict(zip(("dest", "rsync"), _prepare_dest(t), strict=True), count=None)
-    dest, has_rsync = str(diff["dest"]), bool(diff["rsync"])
+        diff = agentops.SyncDiff(*_prepare_dest(t), count=None)
+    dest, has_rsync = diff.dest, diff.has_rsync
     if os.path.realpath(dest) == os.path.realpath(source) and isinstance(t, LocalTransport):
         return SyncResult(host.name, "skipped", 0, 0, (), dest, "source is the workdir")
     only: list[str] | None = None
-    if listed.entries is not None and not delete and diff["count"] is not None:
-        if diff["count"] == 0:
+    if listed.entries is not None and not delete and diff.count is not None:
+        if diff.count == 0:
             if progress:
                 progress(host.name, "unchanged")
             return SyncResult(host.name, "unchanged", 0, 0, (), dest,
                               "every file already the same there: nothing sent")
-        only = diff["differ"]  # None when many: rsync the whole tree
+        only = None if diff.differ is None else list(diff.differ)  # None: rsync the whole tree
         if only and worth_putting(listed.signatures, only):
             put = put_changed(t, source, dest, only, listed.signatures)
             if not put.left:

@@ -8,7 +8,7 @@ import stat
 
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.sync.rsync import SyncResult
+from tfctl.remote.sync.result import SyncResult
 
 
 def sftp_sync(t: Transport, source: str, dest: str, files: list[str]) -> SyncResult:

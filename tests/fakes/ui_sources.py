@@ -15,10 +15,11 @@ from dataclasses import replace
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
-from tfctl.remote.errors import CommandFailed, HostUnreachable
+from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
 from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
-from tfctl.remote.runs.controller import DownSummary
+from tfctl.remote.history.listing import RunSummary
+from tfctl.remote.runs.controller import DownSummary, UpOptions
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.status import RunStatus, TaskStatus
@@ -145,6 +146,9 @@ class FakeController:
         self.log_lines = list(LAB_LOG_LINES) if with_run else []
         self.fail: dict[str, Exception] = {}
         self.followers: list[FakeFollower] = []
+        self.busy_gpus: tuple[str, ...] = ()
+        """Holder lines: `up` without `force` raises GpusBusy naming them (nothing started)."""
+        self.free_gpus = "titan: none"
 
     def _record(self, *call: str) -> None:
         with self.lock:
@@ -194,14 +198,16 @@ class FakeController:
         self._record("sync")
         return {h: "synced" for h in self.run_hosts if h not in self.unreachable}
 
-    def up(self, say: Callable[[str], None], do_sync: bool = True) -> str:
-        self._record("up")
-        say("synced the code to 2 hosts")
+    def up(self, options: UpOptions, on_event: Callable[[str], None]) -> str:
+        self._record("up", f"force={options.force}")
+        if self.busy_gpus and not options.force:
+            raise GpusBusy(self.busy_gpus, self.free_gpus)
+        on_event("synced the code to 2 hosts")
         time.sleep(self.delays_s.get("up", 0.0))
         self.run_id = "2026-11-22-1000"
         with self.lock:
             self.tasks = lab_tasks()
-        say(f"started run {self.run_id}")
+        on_event(f"started run {self.run_id}")
         return self.run_id
 
     def down(self, grace_s: float = 10.0) -> DownSummary:
@@ -219,6 +225,13 @@ class FakeController:
                                            restarts=t.restarts + 1, uptime_s=0.0)
                                    if t.name == task else t for t in ts)
                           for h, ts in self.tasks.items()}
+
+    def runs(self) -> list[RunSummary]:
+        """Two past runs: the one shown and an older one that failed."""
+        self._record("runs")
+        return [RunSummary(RUN_ID, started_at=1795500000.0, live=True),
+                RunSummary("2026-11-21-1800", started_at=1795420000.0, finished_at=1795423600.0,
+                           ended="exit 1: chief:0 ended", exit_code=1)]
 
     def close(self) -> None:
         self._record("close")

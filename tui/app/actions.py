@@ -1,84 +1,128 @@
 """The keys that act on the cluster: up, down, sync, restart, tunnel, help, quit.
 
-A mixin of `TfctlApp` (kept apart so the app module stays about layout and data flow). Each
-action that touches hosts runs through `Workers.act` (a thread worker, one at a time); the
-destructive ones, and quitting mid-action, ask first.
+`KeyActions` is the base of `TfctlApp` (kept apart so the app module stays about layout and data
+flow); it names the few things of the app it uses as annotations, and never imports `app.py`.
+Each action that touches hosts runs through `Workers.act` (a thread worker, one at a time); the
+destructive ones, quitting mid-action, and launching onto GPUs other processes hold, ask first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
 
+from rich.markup import escape
+from textual.app import App
+
+from tfctl.tui.app import messages as msg
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
+from tfctl.tui.app.model.board import Board
+from tfctl.tui.app.sources import RunControl, Tunnel
+from tfctl.tui.app.widgets.tasks import TasksTable
+from tfctl.tui.app.workers import Work, Workers
 
-if TYPE_CHECKING:
-    from tfctl.tui.app.app import TfctlApp
 
+class KeyActions(App[None]):
+    # Set by `TfctlApp.__init__`.
+    board: Board
+    workers_: Workers
+    tasks_table: TasksTable
+    tunnel: Tunnel | None
+    tunnel_url: str | None
+    busy: str | None
+    """The action running now ("up", "down", …), shown in the header; None when idle."""
+    busy_said: str
+    controller: RunControl
+    reporter: Callable[[str], str] | None
+    opener: Callable[[str], object]
 
-class KeyActions:
-    @property
-    def tfctl(self) -> TfctlApp:
-        """This object as the app it is mixed into (mypy cannot see that on its own)."""
-        return cast("TfctlApp", self)
+    def tick(self) -> None:
+        """Draw what changed since the last tick (`TfctlApp.tick`)."""
+        raise NotImplementedError
+
+    def act(self, action: str, title: str, work: Work) -> None:
+        """Run an action in a worker unless another one is still running."""
+        if self.busy is not None:
+            self.notify(f"“{self.busy}” is still running; try again when it has finished.",
+                        title="Busy", severity="warning")
+            return
+        self.busy = action
+        self.tick()  # the header says what is running, at once
+        self.workers_.act(action, title, work)
+
+    def action_history(self) -> None:
+        """The runs the hosts remember; Enter writes and opens one's report."""
+        from tfctl.tui.app.history import RunsScreen
+
+        self.push_screen(RunsScreen(self.controller.runs, self.reporter, self.opener))
 
     def action_up(self) -> None:
-        app = self.tfctl
-        app.workers_.act("up", "Up", app.workers_.do_up)
+        self.act("up", "Up", self.workers_.do_up)
+
+    def on_gpus_found_busy(self, message: msg.GpusFoundBusy) -> None:
+        """`up` refused busy GPUs, as `tfctl up` does: name the holders, offer to force."""
+        self.busy, self.busy_said = None, ""
+        self.tick()  # the header stops saying "up…" while the question is open
+        holders = "\n".join(f"  {escape(line)}" for line in message.holders)
+        self._confirm(
+            f"GPUs the plan assigns are in use by other processes:\n{holders}\n"
+            f"Free GPUs instead: {escape(message.free or 'none')}\n"
+            "Nothing was started. Launch anyway?", "Launch anyway",
+            lambda: self.act("up", "Up", lambda: self.workers_.do_up(force=True)),
+            otherwise=lambda: self.notify(
+                "Nothing was started: GPUs the plan assigns are in use (select free GPUs with "
+                "`gpus: [...]` in the inventory).", title="Up", severity="warning"))
 
     def action_down(self) -> None:
-        app = self.tfctl
-        run_id = app.board.run_id
+        run_id = self.board.run_id
         if run_id is None:
-            app.notify("There is no run to stop.", title="Down", severity="warning")
+            self.notify("There is no run to stop.", title="Down", severity="warning")
             return
-        hosts = ", ".join(app.board.run_hosts)
+        hosts = ", ".join(self.board.run_hosts)
         self._confirm(f"Stop run {run_id} on {hosts}?\nEvery process it started gets SIGTERM, "
                       "then SIGKILL after 10 s.", "Stop the run",
-                      lambda: app.workers_.act("down", "Down", app.workers_.do_down))
+                      lambda: self.act("down", "Down", self.workers_.do_down))
 
     def action_sync(self) -> None:
-        app = self.tfctl
-        app.workers_.act("sync", "Sync", app.workers_.do_sync)
+        self.act("sync", "Sync", self.workers_.do_sync)
 
     def action_restart(self) -> None:
-        app = self.tfctl
-        task = app.tasks_table.selected_task
-        if task is None or app.board.run_id is None:
-            app.notify("Select a task of a running job first.", title="Restart",
-                       severity="warning")
+        task = self.tasks_table.selected_task
+        if task is None or self.board.run_id is None:
+            self.notify("Select a task of a running job first.", title="Restart",
+                        severity="warning")
             return
         self._confirm(f"Restart {task}?\nIts processes are stopped and started again with "
                       "the same mask, environment and command.", f"Restart {task}",
-                      lambda: app.workers_.act("restart", f"Restart {task}",
-                                               lambda: app.workers_.do_restart(task)))
+                      lambda: self.act("restart", f"Restart {task}",
+                                       lambda: self.workers_.do_restart(task)))
 
     def action_tunnel(self) -> None:
-        app = self.tfctl
-        if app.tunnel is None:
-            app.notify("The TensorBoard tunnel is not available in this build or for this "
-                       "inventory (no `job.tensorboard`).", title="Tunnel not available",
-                       severity="warning")
+        if self.tunnel is None:
+            self.notify("The TensorBoard tunnel is not available in this build or for this "
+                        "inventory (no `job.tensorboard`).", title="Tunnel not available",
+                        severity="warning")
             return
-        open_it = app.tunnel_url is None
-        app.workers_.act("tunnel", "TensorBoard tunnel", lambda: app.workers_.do_tunnel(open_it))
+        open_it = self.tunnel_url is None
+        self.act("tunnel", "TensorBoard tunnel", lambda: self.workers_.do_tunnel(open_it))
 
     def action_leave(self) -> None:
         """Quit; the job keeps running. Mid-action, ask first: the action would stop half done."""
-        app = self.tfctl
-        if app.busy is None:
-            app.exit()
+        if self.busy is None:
+            self.exit()
             return
-        self._confirm(f"“{app.busy}” is still running.\nQuitting now stops it half done "
+        self._confirm(f"“{self.busy}” is still running.\nQuitting now stops it half done "
                       "(the job's processes keep running; `tfctl status` shows them).",
-                      "Quit anyway", app.exit)
+                      "Quit anyway", self.exit)
 
     def action_help(self) -> None:
-        self.tfctl.push_screen(HelpScreen())
+        self.push_screen(HelpScreen())
 
-    def _confirm(self, question: str, yes: str, then: Callable[[], None]) -> None:
+    def _confirm(self, question: str, yes: str, then: Callable[[], None],
+                 otherwise: Callable[[], None] | None = None) -> None:
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 then()
+            elif otherwise is not None:
+                otherwise()
 
-        self.tfctl.push_screen(ConfirmScreen(question, yes), answered)
+        self.push_screen(ConfirmScreen(question, yes), answered)

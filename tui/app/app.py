@@ -1,8 +1,9 @@
 """`TfctlApp`: the whole cluster and job on one Textual screen.
 
 The app takes its sources by injection (a run controller, a telemetry source, optional owners,
-findings and tunnel), so tests drive it with fakes and `tfctl ui` with the real lab. All blocking
-work runs in thread workers (`tui/widgets/workers.py`) that post past-tense messages; handlers here
+findings and tunnel: `sources.Sources`), so tests drive it with fakes and `tfctl ui` with the real
+lab; build it with `tfctl.tui.app.factory.make_app`. All blocking work runs in thread workers
+(`workers.py`, given what they need, never the app) that post past-tense messages; handlers here
 update the `Board` and the widgets on the UI thread. Each host is polled by its own worker and
 the next poll is scheduled only when the last one finished, so a dead host delays nobody and
 polls never pile up. Telemetry is read non-blocking once per GPU refresh; widgets repaint only
@@ -12,33 +13,25 @@ what changed.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.events import Resize
 from textual.widgets import Footer
 
-from tfctl.inventory.model import Inventory
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.tui.app import messages as msg
 from tfctl.tui.app.actions import KeyActions
+from tfctl.tui.app.history import open_in_browser
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.model.hostlines import build_host_lines
 from tfctl.tui.app.model.logbuffer import LogBuffer, LogView
-from tfctl.tui.app.sources import (
-    FindingLike,
-    FindingsSource,
-    OwnerOf,
-    RunControl,
-    TelemetrySource,
-    Tunnel,
-)
+from tfctl.tui.app.sources import FindingLike, OwnerOf, Sources, Timing
 from tfctl.tui.app.widgets.cluster import ClusterView
 from tfctl.tui.app.widgets.header import (
     HeaderFacts,
@@ -57,7 +50,7 @@ VIEWS = ("tasks", "logs", "findings")
 WIDE_FINDING_LINES = 6  # the panel's max-height (8) less its border
 
 
-class TfctlApp(KeyActions, App[None]):
+class TfctlApp(KeyActions):
     CSS_PATH = str(Path(__file__).with_name("app.tcss"))
     TITLE = "tfctl"
     ENABLE_COMMAND_PALETTE = False  # its footer entry would push our keys off an 80-column line
@@ -67,6 +60,7 @@ class TfctlApp(KeyActions, App[None]):
         Binding("s", "sync", "sync"),
         Binding("r", "restart", "restart"),
         Binding("t", "tunnel", "tunnel"),
+        Binding("h", "history", "runs", show=False),
         Binding("l", "view('logs')", "logs"),
         Binding("g", "view('tasks')", "gpus"),
         Binding("F", "view('findings')", "findings", show=False),
@@ -77,33 +71,19 @@ class TfctlApp(KeyActions, App[None]):
         Binding("q", "leave", "quit"),
     ]
 
-    def __init__(
-        self,
-        inventory: Inventory,
-        controller: RunControl,
-        telemetry: TelemetrySource | None,
-        *,
-        owners: OwnerOf | None = None,
-        findings: FindingsSource | None = None,
-        tunnel: Tunnel | None = None,
-        gpu_refresh_s: float = 1.0,
-        task_refresh_s: float = 2.0,
-        log_refresh_s: float = 1.0,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, sources: Sources, timing: Timing | None = None) -> None:
         super().__init__()
-        self.inventory = inventory
+        timing = timing or Timing()
+        controller = sources.controller
+        self.inventory = inventory = controller.inventory
         self.controller = controller
-        self.telemetry = telemetry
-        self.owners = owners
-        self.findings_source = findings
-        self.tunnel = tunnel
-        self.gpu_refresh_s = gpu_refresh_s
-        self.task_refresh_s = task_refresh_s
-        self.log_refresh_s = log_refresh_s
-        self.clock = clock
-        self.monotonic = monotonic
+        self.telemetry = sources.telemetry
+        self.owners = sources.owners
+        self.tunnel = sources.tunnel
+        self.reporter, self.opener = sources.reporter, sources.opener or open_in_browser
+        self.gpu_refresh_s = timing.gpu_refresh_s
+        self.clock = timing.clock
+        self.monotonic = timing.monotonic
         self.board = Board(controller.plan)
         self.logs = LogBuffer(prefix_width=max((len(t.name) for t in controller.plan.tasks),
                                                default=0))
@@ -117,7 +97,10 @@ class TfctlApp(KeyActions, App[None]):
         self.busy: str | None = None
         self.busy_said = ""
         self.telemetry_bad_since: dict[str, float] = {}
-        self.workers_ = Workers(self)
+        self.workers_ = Workers(self, controller, self.board, clock=timing.clock,
+                                task_refresh_s=timing.task_refresh_s,
+                                log_refresh_s=timing.log_refresh_s, findings=sources.findings,
+                                tunnel=sources.tunnel)
         # Held, not queried: updates from timers then never race the widgets' removal at exit.
         self.header_bar = HeaderBar(id="header")
         self.cluster_view = ClusterView(id="cluster")

@@ -1,4 +1,5 @@
-"""Modal screens: a yes/no confirmation for destructive actions, and the key help."""
+"""Modal screens: a yes/no confirmation for destructive actions (and for launching onto busy
+GPUs), and the key help."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from textual.widgets import Button, Static
 HELP_TEXT = """\
 [b]Actions[/b] (each runs in the background; results appear as notifications)
   [b]u[/b]  up: sync the code and start every task of the plan
+     (asks first where other processes hold the GPUs it assigns)
   [b]d[/b]  down: stop exactly this run's processes (asks first)
   [b]s[/b]  sync the code to every host
   [b]r[/b]  restart the selected task (asks first)
   [b]t[/b]  open / close the TensorBoard tunnel (the URL shows in the header)
+  [b]h[/b]  past runs: Enter writes the selected run's report and opens it
 
 [b]Views[/b]
   [b]g[/b]  GPUs and tasks        [b]l[/b]  logs

@@ -87,6 +87,17 @@ class ActionFailed(Message):
         super().__init__()
 
 
+class GpusFoundBusy(Message):
+    """`up` refused: GPUs the plan assigns are held by other processes, nothing was started
+    (`tfctl.remote.errors.GpusBusy`: one line per holder, and the free GPUs instead)."""
+
+    def __init__(self, action: str, holders: Sequence[str], free: str) -> None:
+        self.action = action
+        self.holders = tuple(holders)
+        self.free = free
+        super().__init__()
+
+
 def down_words(summary: DownSummary) -> str:
     if summary.run_id is None:
         return "No run was found: nothing to stop."

@@ -1,14 +1,16 @@
 """What the dashboard reads and drives, as small structural interfaces (no textual import here).
 
-The app takes these by injection (`TfctlApp(inventory, controller, telemetry, ...)`): the real
-`tfctl.remote.runs.controller.RunController`, a telemetry hub streaming nvidia-smi, and the fakes in
-`tests/fakes/ui_sources.py` all satisfy them without importing this module, so the remote floor
-never depends on the UI floor. Why Protocols and not base classes: the remote layer must not
-import `tfctl.tui`, and the fakes should be plain objects.
+The app takes these by injection, bundled in `Sources` (`tfctl.tui.app.factory.make_app(controller,
+telemetry, ...)` builds it): the real `tfctl.remote.runs.controller.RunController`, a telemetry
+hub streaming nvidia-smi, and the fakes in `tests/fakes/ui_sources.py` all satisfy them without
+importing this module, so the remote floor never depends on the UI floor. Why Protocols and not
+base classes: the remote layer must not import `tfctl.tui`, and the fakes should be plain objects.
 
 Calling rules the app follows (and implementations may rely on):
 - `RunControl` methods block (SSH); the app calls them only from thread workers, one action at a
-  time, and `host_status` for different hosts concurrently.
+  time, and `host_status` for different hosts concurrently. `up` raises
+  `tfctl.remote.errors.GpusBusy` (nothing started) when other processes hold the plan's GPUs and
+  `options.force` is False; the app then asks, and calls it again with `force=True`.
 - `TelemetrySource.snapshot` and `OwnerOf` are read on the UI thread every GPU refresh: they must
   not block (return the latest known state).
 - `FindingsSource` is called from a thread worker; it may take a moment.
@@ -16,6 +18,7 @@ Calling rules the app follows (and implementations may rely on):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
     from tfctl.inventory.plan import Plan
     from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
-    from tfctl.remote.runs.controller import DownSummary
+    from tfctl.remote.runs.controller import DownSummary, UpOptions
     from tfctl.remote.runs.current import CurrentRun
     from tfctl.remote.runs.status import RunStatus, TaskStatus
 
@@ -46,6 +49,18 @@ class LogFollowerLike(Protocol):
     def poll(self, tail_lines: int | None = None) -> LogBatchLike: ...
 
 
+class RunSummaryLike(Protocol):
+    """A past run as `tfctl runs` lists it (`tfctl.remote.history.listing.RunSummary`)."""
+
+    run_id: str
+    started_at: float | None
+    live: bool
+    ended: str | None
+
+    @property
+    def duration_s(self) -> float | None: ...
+
+
 class RunControl(Protocol):
     """The subset of `tfctl.remote.runs.controller.RunController` the dashboard uses."""
 
@@ -62,11 +77,13 @@ class RunControl(Protocol):
 
     def sync(self) -> Mapping[str, object]: ...
 
-    def up(self, say: Callable[[str], None], do_sync: bool = True) -> str: ...
+    def up(self, options: UpOptions, on_event: Callable[[str], None]) -> str: ...
 
     def down(self, grace_s: float = 10.0) -> DownSummary: ...
 
     def restart_task(self, task: str) -> None: ...
+
+    def runs(self) -> Sequence[RunSummaryLike]: ...
 
     def close(self) -> None: ...
 
@@ -127,3 +144,29 @@ OwnerOf = Callable[[str, str], str]
 """owner_of(host, gpu_uuid) -> "worker:3" | "foreign pid 4242 user bob" | "idle"; non-blocking."""
 
 FindingsSource = Callable[[], Sequence[FindingLike]]
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything the dashboard reads and drives, as injected (`factory.make_app` builds one)."""
+
+    controller: RunControl
+    telemetry: TelemetrySource | None = None
+    owners: OwnerOf | None = None
+    findings: FindingsSource | None = None
+    tunnel: Tunnel | None = None
+    reporter: Callable[[str], str] | None = None
+    """Run id → its written report page (`h`, Enter); None: reports are not offered."""
+    opener: Callable[[str], object] | None = None
+    """Shows a written page (the browser by default)."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How often the dashboard redraws and polls, and its clocks (fixed ones in tests)."""
+
+    gpu_refresh_s: float = 1.0
+    task_refresh_s: float = 2.0
+    log_refresh_s: float = 1.0
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic

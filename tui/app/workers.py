@@ -2,8 +2,13 @@
 
 Rules: one worker per host poll; a host's next poll is scheduled only when its last one has
 finished (one pending timer per host, so extra pokes never double the rate); logs and findings
-follow the same rule; actions run one at a time. Workers never touch widgets: they post the
-past-tense messages of `messages.py`. Every failure becomes a message with its concrete cause.
+follow the same rule; actions run one at a time (the app checks that before `act`). Workers never
+touch widgets: they post the past-tense messages of `messages.py` to their `MessageTarget` (the
+app). Every failure becomes a message with its concrete cause.
+
+`Workers` gets what it reads and drives as constructor arguments (the controller, the board, the
+refresh periods, the findings source and tunnel), never the app itself: this module does not
+import `app.py`.
 """
 
 from __future__ import annotations
@@ -11,16 +16,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from textual.message import Message
 from textual.timer import Timer
 
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import GpusBusy, RemoteError
+from tfctl.remote.runs.controller import UpOptions
 from tfctl.tui.app import messages as msg
-from tfctl.tui.app.sources import Finding, LogFollowerLike
-
-if TYPE_CHECKING:
-    from tfctl.tui.app.app import TfctlApp
+from tfctl.tui.app.model.board import Board
+from tfctl.tui.app.sources import (
+    Finding,
+    FindingsSource,
+    LogFollowerLike,
+    RunControl,
+    Tunnel,
+)
 
 RUN_RECHECK_S = 10.0  # how often to look for a run started elsewhere (`tfctl up` in a shell)
 FIRST_TAIL_LINES = 200
@@ -69,9 +80,30 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class MessageTarget(Protocol):
+    """Where workers post and schedule: the Textual app (`post_message` is thread-safe)."""
+
+    def post_message(self, message: Message) -> bool: ...
+
+    def set_timer(self, delay: float, callback: Callable[[], None], *, name: str) -> Timer: ...
+
+    def run_worker(self, work: Callable[[], None], name: str, group: str, *,
+                   exit_on_error: bool, thread: bool) -> object: ...
+
+
 class Workers:
-    def __init__(self, app: TfctlApp) -> None:
-        self.app = app
+    def __init__(self, target: MessageTarget, controller: RunControl, board: Board, *,
+                 clock: Callable[[], float], task_refresh_s: float, log_refresh_s: float,
+                 findings: FindingsSource | None = None, tunnel: Tunnel | None = None) -> None:
+        self.target = target
+        self.post = target.post_message
+        self.controller = controller
+        self.board = board
+        self.clock = clock
+        self.task_refresh_s = task_refresh_s
+        self.log_refresh_s = log_refresh_s
+        self.findings = findings
+        self.tunnel = tunnel
         self._polling: set[str] = set()
         self._timers: dict[str, Timer] = {}
         self._follower: LogFollowerLike | None = None
@@ -83,7 +115,7 @@ class Workers:
         old = self._timers.pop(key, None)
         if old is not None:
             old.stop()
-        self._timers[key] = self.app.set_timer(delay_s, then, name=key)
+        self._timers[key] = self.target.set_timer(delay_s, then, name=key)
 
     def _cancel(self, key: str) -> None:
         old = self._timers.pop(key, None)
@@ -91,51 +123,49 @@ class Workers:
             old.stop()
 
     def _thread(self, name: str, group: str, fn: Callable[[], None]) -> None:
-        self.app.run_worker(fn, name=name, group=group, thread=True, exit_on_error=False)
+        self.target.run_worker(fn, name, group, thread=True, exit_on_error=False)
 
     # -- which run ------------------------------------------------------------------------------
     def find_run(self, refresh: bool = False) -> None:
         self._cancel("run")
-        controller = self.app.controller
+        controller, post = self.controller, self.post
 
         def read() -> None:
             try:
                 run = controller.current(refresh=refresh)
             except Exception as exc:  # any failure is shown, and the next check still comes
-                self.app.post_message(msg.ActionFailed("run", "Finding the run failed",
-                                                       describe_error(exc)))
+                post(msg.ActionFailed("run", "Finding the run failed", describe_error(exc)))
                 run = None
-            self.app.post_message(msg.RunFound(run))
+            post(msg.RunFound(run))
 
         self._thread("find run", "run", read)
         self._later("run", RUN_RECHECK_S, lambda: self.find_run(refresh=True))
 
     # -- per-host task polls --------------------------------------------------------------------
     def poll_host(self, host: str) -> None:
-        if host in self._polling or host not in self.app.board.run_hosts:
+        if host in self._polling or host not in self.board.run_hosts:
             return
         self._cancel(f"poll:{host}")
         self._polling.add(host)
-        app = self.app
-        app.board.poll_started(host, app.clock())
+        controller, post, clock = self.controller, self.post, self.clock
+        self.board.poll_started(host, clock())
 
         def poll() -> None:
             try:
-                tasks = app.controller.host_status(host)
+                tasks = controller.host_status(host)
             except RemoteError as exc:
-                app.post_message(msg.HostPollFailed(host, exc.what, exc.kind, app.clock()))
+                post(msg.HostPollFailed(host, exc.what, exc.kind, clock()))
             except Exception as exc:  # a bug or an OS error: the host shows it, polling goes on
-                app.post_message(msg.HostPollFailed(host, describe_error(exc), "failed",
-                                                    app.clock()))
+                post(msg.HostPollFailed(host, describe_error(exc), "failed", clock()))
             else:
-                app.post_message(msg.HostPolled(host, tuple(tasks), app.clock()))
+                post(msg.HostPolled(host, tuple(tasks), clock()))
 
         self._thread(f"poll {host}", f"poll:{host}", poll)
 
     def poll_done(self, host: str) -> None:
         self._polling.discard(host)
-        if host in self.app.board.run_hosts:
-            self._later(f"poll:{host}", self.app.task_refresh_s, lambda: self.poll_host(host))
+        if host in self.board.run_hosts:
+            self._later(f"poll:{host}", self.task_refresh_s, lambda: self.poll_host(host))
 
     # -- logs -----------------------------------------------------------------------------------
     def forget_logs(self) -> None:
@@ -143,44 +173,45 @@ class Workers:
         self._follower_run = None
 
     def poll_logs(self) -> None:
-        run_id = self.app.board.run_id
+        board = self.board
+        run_id = board.run_id
         if run_id is None or self._logs_busy:
             return
         self._cancel("logs")
         self._logs_busy = True
-        board = self.app.board
         reachable = [h for h in board.run_hosts if board.link(h).error_kind != "unreachable"]
         first = self._follower_run != run_id
+        post = self.post
 
         def poll() -> None:
             try:
                 if first:
-                    self._follower = self.app.controller.log_follower(None)
+                    self._follower = self.controller.log_follower(None)
                     self._follower_run = run_id
                 follower = self._follower
                 if follower is None:
-                    self.app.post_message(msg.LogLinesArrived(run_id, [], {}))
+                    post(msg.LogLinesArrived(run_id, [], {}))
                     return
                 # Skip hosts known to be down: the host poll says when they are back.
                 follower.hosts = reachable
                 batch = follower.poll(tail_lines=FIRST_TAIL_LINES if first else None)
-                self.app.post_message(msg.LogLinesArrived(run_id, list(batch.lines),
-                                                          dict(batch.errors)))
+                post(msg.LogLinesArrived(run_id, list(batch.lines), dict(batch.errors)))
             except Exception as exc:
-                self.app.post_message(msg.LogLinesArrived(run_id, [], {"": describe_error(exc)}))
+                post(msg.LogLinesArrived(run_id, [], {"": describe_error(exc)}))
 
         self._thread("logs", "logs", poll)
 
     def logs_done(self) -> None:
         self._logs_busy = False
-        self._later("logs", self.app.log_refresh_s, self.poll_logs)
+        self._later("logs", self.log_refresh_s, self.poll_logs)
 
     # -- findings and the end of the job ---------------------------------------------------------
     def poll_findings(self) -> None:
-        source = self.app.findings_source
+        source = self.findings
         if source is None or self._findings_busy:
             return
         self._findings_busy = True
+        post = self.post
 
         def read() -> None:
             try:
@@ -188,61 +219,63 @@ class Workers:
             except Exception as exc:
                 found = [Finding("error", f"findings could not be computed: "
                                           f"{describe_error(exc)}")]
-            self.app.post_message(msg.FindingsRead(found))
+            post(msg.FindingsRead(found))
 
         self._thread("findings", "findings", read)
 
     def findings_done(self) -> None:
         self._findings_busy = False
-        self._later("findings", self.app.task_refresh_s, self.poll_findings)
+        self._later("findings", self.task_refresh_s, self.poll_findings)
 
     def read_run_status(self) -> None:
-        app = self.app
+        controller, post, clock = self.controller, self.post, self.clock
 
         def read() -> None:
             try:
-                status = app.controller.status()
+                status = controller.status()
             except Exception as exc:
-                app.post_message(msg.ActionFailed("status", "Closing the finished run failed",
-                                                  describe_error(exc)))
+                post(msg.ActionFailed("status", "Closing the finished run failed",
+                                      describe_error(exc)))
                 return
-            app.post_message(msg.RunStatusRead(status, app.clock()))
+            post(msg.RunStatusRead(status, clock()))
 
         self._thread("run status", "status", read)
 
-    # -- actions, one at a time -----------------------------------------------------------------
+    # -- actions (the app runs one at a time) ---------------------------------------------------
     def act(self, action: str, title: str, work: Work) -> None:
-        app = self.app
-        if app.busy is not None:
-            app.notify(f"“{app.busy}” is still running; try again when it has finished.",
-                       title="Busy", severity="warning")
-            return
-        app.busy = action
-        app.tick()  # the header says what is running, at once
+        """Run `work` in a thread; post what came of it. `GpusBusy` (from `up`) is not a
+        failure but a question for the user: it becomes `GpusFoundBusy`."""
+        post = self.post
 
         def run() -> None:
             try:
                 words, result = work()
-            except Exception as exc:  # shown to the user with its cause, never swallowed
-                app.post_message(msg.ActionFailed(action, f"{title} failed", describe_error(exc)))
+            except GpusBusy as busy:
+                post(msg.GpusFoundBusy(action, busy.holders, busy.free))
                 return
-            app.post_message(msg.ActionSucceeded(action, title, words, result))
+            except Exception as exc:  # shown to the user with its cause, never swallowed
+                post(msg.ActionFailed(action, f"{title} failed", describe_error(exc)))
+                return
+            post(msg.ActionSucceeded(action, title, words, result))
 
         self._thread(action, "action", run)
 
-    def do_up(self) -> tuple[str, object]:
-        def say(text: str) -> None:
-            self.app.post_message(msg.ActionProgressed("up", text))
+    def do_up(self, force: bool = False) -> tuple[str, object]:
+        """`up` as `tfctl up [--force]` does it; without `force` it refuses busy GPUs."""
+        post = self.post
 
-        run_id = self.app.controller.up(say)
+        def on_event(text: str) -> None:
+            post(msg.ActionProgressed("up", text))
+
+        run_id = self.controller.up(UpOptions(force=force), on_event)
         return f"Started run {run_id}.", run_id
 
     def do_down(self) -> tuple[str, object]:
-        summary = self.app.controller.down(grace_s=10.0)
+        summary = self.controller.down(grace_s=10.0)
         return msg.down_words(summary), summary
 
     def do_sync(self) -> tuple[str, object]:
-        results = self.app.controller.sync()
+        results = self.controller.sync()
         parts = []
         for host, result in results.items():
             files = getattr(result, "files_transferred", None)
@@ -250,11 +283,11 @@ class Workers:
         return f"Synced the code to {len(parts)} host(s): {', '.join(parts)}.", results
 
     def do_restart(self, task: str) -> tuple[str, object]:
-        self.app.controller.restart_task(task)
+        self.controller.restart_task(task)
         return f"Restarted {task}.", task
 
     def do_tunnel(self, open_it: bool) -> tuple[str, object]:
-        tunnel = self.app.tunnel
+        tunnel = self.tunnel
         assert tunnel is not None
         if open_it:
             url = tunnel.open()

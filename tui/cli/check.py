@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from tfctl.tui.cli.main import EXIT_FAILED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, obj
 
 EXPOSURE_WARNING = ("TensorFlow's gRPC task ports accept anyone on the network (no "
                     "authentication): `tfctl check --firewall` prints rules that admit only "

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from tfctl.tui.cli.main import EXIT_FAILED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, obj
 
 
 @click.command()
@@ -24,7 +24,7 @@ def collect(ctx: click.Context, run_id: str | None) -> None:
       tfctl collect --run 20261123-221410-90d6 && ls runs/
     """
     from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.runs.collect import collect as collect_run
+    from tfctl.remote.history.collect import collect as collect_run
     from tfctl.remote.runs.current import current_run
 
     c = obj(ctx)

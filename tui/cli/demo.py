@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import time
@@ -10,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tfctl.tui.cli.main import EXIT_FAILED, EXIT_INTERRUPTED
+from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED
+from tfctl.tui.cli.output import say
 
 if TYPE_CHECKING:
     from tfctl.remote.runs.controller import RunController
 
 
-def _say(text: str) -> None:
-    click.echo(click.style("demo: ", fg="cyan") + text, err=True)
+_say = functools.partial(say, who="demo")
 
 
 @click.command()
@@ -36,7 +37,7 @@ def demo(ui: bool | None, steps: int, directory: Path | None) -> None:
       tfctl demo --dir /tmp/tfctl-demo      # then look at /tmp/tfctl-demo/cluster.yaml
     """
     from tfctl.inventory.load import load_inventory
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.runs.controller import RunController, UpOptions
     from tfctl.tui.cli.demo_lab import default_demo_dir, prepare_demo
 
     setup = prepare_demo((directory or default_demo_dir()).absolute(), steps)
@@ -49,7 +50,7 @@ def demo(ui: bool | None, steps: int, directory: Path | None) -> None:
     code = EXIT_FAILED
     started = time.monotonic()
     try:
-        controller.up(_say, do_sync=False)
+        controller.up(UpOptions(sync=False), _say)
         _say(f"run {controller.run_id} is up")
         if use_ui:
             from tfctl.tui.cli.ui import run_app

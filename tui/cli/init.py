@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from tfctl.tui.cli.main import EXIT_USAGE, obj
+from tfctl.tui.cli.context import EXIT_USAGE, obj
 
 TEMPLATE = """\
 # tfctl inventory: the machines of your lab and the job to run on them.

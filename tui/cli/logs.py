@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tfctl.tui.cli.main import EXIT_FAILED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, obj
 
 COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_green",
            "bright_yellow", "bright_magenta", "bright_blue")
@@ -29,18 +29,14 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int)
       tfctl logs worker:0 ps:0 -n 100
       tfctl logs -f              # follow all tasks until Ctrl-C
     """
-    from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.runs.current import current_run
-    from tfctl.remote.runs.logs import LogFollower
+    from tfctl.remote.runs.controller import RunController
 
     c = obj(ctx)
-    inv = c.load()
-    with Fleet(inv, c.ssh_options()) as fleet:
-        run = current_run(inv, fleet)
-        if run is None:
+    with RunController(c.load(), c.ssh_options()) as controller:
+        follower = controller.log_follower(set(tasks) or None)
+        if follower is None:
             click.echo("no run yet: start one with `tfctl up`")
             return
-        follower = LogFollower(fleet, run.run_id, list(run.hosts), set(tasks) or None)
         colour: dict[str, str] = {}
         width = 0
         batch = follower.poll(tail_lines=n_lines)

@@ -8,36 +8,16 @@ sentence: exit 2 for usage and inventory mistakes, 1 for a failure on a host, 13
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-if TYPE_CHECKING:
-    from tfctl.inventory.model import Inventory
-    from tfctl.remote.connect.transport import SshOptions
+from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Context, obj
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-@dataclass
-class Context:
-    """What every command receives: where the inventory is and how to connect."""
-
-    inventory_path: str
-    hostfile: str | None
-    connect_timeout_s: float
-    accept_new_host_keys: bool
-
-    def load(self) -> Inventory:
-        from tfctl.inventory.cache import load_inventory_cached
-
-        return load_inventory_cached(self.inventory_path, hostfile=self.hostfile)
-
-    def ssh_options(self) -> SshOptions:
-        from tfctl.remote.connect.transport import SshOptions
-
-        return SshOptions(self.connect_timeout_s, self.accept_new_host_keys)
+# Commands import these from `tfctl.tui.cli.context` (no cycle with this module); re-exported
+# for code written against main.
+__all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Context",
+           "main", "obj", "run"]
 
 
 class TfctlGroup(click.Group):
@@ -170,6 +150,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("tfctl.tui.cli.logs", "logs"),
     "exec": ("tfctl.tui.cli.logs", "exec_"),
     "collect": ("tfctl.tui.cli.collect", "collect"),
+    "runs": ("tfctl.tui.cli.runs", "runs"),
+    "report": ("tfctl.tui.cli.report", "report"),
     "demo": ("tfctl.tui.cli.demo", "demo"),
     "tensorboard": ("tfctl.tui.cli.tensorboard", "tensorboard"),
     "gpus": ("tfctl.tui.cli.gpus", "gpus"),
@@ -181,11 +163,3 @@ def _available(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(COMMANDS[name][0]) is not None
-
-
-def obj(ctx: click.Context) -> Context:
-    """The shared `Context` of a subcommand."""
-    value = ctx.find_object(Context)
-    assert value is not None
-    return value
-

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tfctl.tui.cli.main import obj
+from tfctl.tui.cli.context import obj
 
 
 @click.command()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -27,10 +26,8 @@ def report(ctx: click.Context, run_id: str | None, out_dir: str | None) -> None:
       tfctl report --run 20261123-221410-90d6 -o /tmp/last-night
     """
     from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.history.collect import collect, collect_root
-    from tfctl.remote.history.findings import all_findings, summarize
-    from tfctl.remote.history.records import read_run
     from tfctl.remote.runs.current import current_run
+    from tfctl.tui.report.build import build_report
 
     c = obj(ctx)
     inv = c.load()
@@ -42,17 +39,10 @@ def report(ctx: click.Context, run_id: str | None, out_dir: str | None) -> None:
                 click.echo("no run found: start one with `tfctl up`", err=True)
                 sys.exit(EXIT_FAILED)
             run_id, hosts = run.run_id, list(run.hosts)
-        fetched = collect(fleet, run_id, hosts, outputs=False)
-    for host, exc in fetched.failed.items():
-        click.secho(f"  ✖ {host}: {exc} (the report leaves it out)", fg="yellow", err=True)
-    root = collect_root(inv, run_id)
-    record = read_run(root, run_id)
-    findings = all_findings(record)
-
-    from tfctl.tui.report.page import write_report
-
-    written = write_report(record, summarize(record), findings,
-                           out_dir or os.path.join(root, "report"))
-    for finding in findings:
+        built = build_report(fleet, run_id, hosts, out_dir)
+    for host, why in built.missing_hosts.items():
+        click.secho(f"  ✖ {host}: {why} (the report leaves it out)", fg="yellow", err=True)
+    for finding in built.findings:
         click.echo(f"{'✖' if finding.level == 'fail' else '⚠'} {finding.text}")
-    click.echo(f"report: {written.page} ({len(written.pngs)} figures as PNG beside it)")
+    click.echo(f"report: {built.written.page} ({len(built.written.pngs)} figures as PNG "
+               "beside it)")

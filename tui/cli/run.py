@@ -11,39 +11,27 @@ import contextlib
 import json
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
-from tfctl.tui.cli.main import EXIT_FAILED, EXIT_INTERRUPTED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED, obj
+from tfctl.tui.cli.output import report_failures, say, say_event
 
 if TYPE_CHECKING:
-    from tfctl.inventory.model import Inventory
-    from tfctl.inventory.plan import Plan
-    from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.runs.current import CurrentRun
+    from tfctl.remote.errors import GpusBusy
+    from tfctl.remote.runs.controller import RunController
     from tfctl.remote.runs.status import RunStatus
+    from tfctl.tui.cli.setup import CliUpHooks
 
 
-def _fleet(ctx: click.Context) -> tuple[Inventory, Fleet]:
-    from tfctl.remote.connect.fleet import Fleet
+def _controller(ctx: click.Context) -> RunController:
+    from tfctl.remote.runs.controller import RunController
 
     c = obj(ctx)
-    inv = c.load()
-    return inv, Fleet(inv, c.ssh_options())
-
-
-def _say(text: str) -> None:
-    click.echo(click.style("tfctl: ", fg="cyan") + text, err=True)
-
-
-def _report_failures(failed: dict[str, object]) -> None:
-    for exc in failed.values():
-        full = getattr(exc, "full", None)
-        click.secho(f"  ✖ {full() if callable(full) else exc}", fg="red", err=True)
+    return RunController(c.load(), c.ssh_options())
 
 
 @click.command()
@@ -57,20 +45,17 @@ def sync(ctx: click.Context, delete: bool) -> None:
     Example:
       tfctl -i cluster.yaml sync
     """
-    from tfctl.remote.sync.rsync import sync_all
-
-    inv, fleet = _fleet(ctx)
-    if not inv.job.sync.enabled:
-        _say("sync is off in the inventory (`sync: false`)")
-        return
-    with fleet:
-        result = sync_all(fleet, delete=delete, progress=lambda h, m: _say(f"{h}: {m}"))
+    with _controller(ctx) as controller:
+        if not controller.inventory.job.sync.enabled:
+            say("sync is off in the inventory (`sync: false`)")
+            return
+        result = controller.sync_report(delete=delete, on_event=say)
     for host, r in result.succeeded.items():
         note = f" ({r.note})" if r.note else ""
         click.echo(f"{host}: {r.method} {r.files_transferred} files, {r.bytes_transferred} bytes"
                    f" → {r.dest}{note}")
     if result.failed:
-        _report_failures(dict(result.failed))
+        report_failures(result.failed.values())
         sys.exit(EXIT_FAILED)
 
 
@@ -99,39 +84,42 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
       tfctl -i cluster.yaml up
       tfctl -i cluster.yaml up --wait && echo "job succeeded"
     """
-    from tfctl.inventory.plan import make_plan
-    from tfctl.remote.runs.current import remember
-    from tfctl.remote.runs.launch import launch, new_run_id
-    from tfctl.remote.runs.setup import attach_logs
-    from tfctl.tui.cli.setup import busy_gpu_step, run_setup_step
+    from tfctl.remote.errors import GpusBusy, RemoteError
+    from tfctl.remote.runs.controller import UpOptions
+    from tfctl.tui.cli.setup import CliUpHooks
 
-    inv, fleet = _fleet(ctx)
-    plan = make_plan(inv)
-    for w in plan.warnings:
-        _say(click.style("warning: ", fg="yellow") + w)
-    with fleet, _rollback_on_interrupt(fleet, plan) as guard:
-        if not no_sync and inv.job.sync.enabled:
-            from tfctl.remote.sync.rsync import sync_all
-
-            result = sync_all(fleet, progress=lambda h, m: _say(f"sync {h}: {m}"))
-            if result.failed:
-                _report_failures(dict(result.failed))
-                _say("nothing was started")
-                sys.exit(EXIT_FAILED)
-        setup_result, setup_ok = run_setup_step(fleet, force_setup)
-        if not setup_ok or not busy_gpu_step(fleet, plan, force):
-            _say("nothing was started")
+    options = UpOptions(sync=not no_sync, force_setup=force_setup, force=force,
+                        ps_first=not all_at_once, start_timeout_s=start_timeout)
+    hooks = CliUpHooks()
+    controller = _controller(ctx)
+    with controller, _rollback_on_interrupt(controller, hooks) as guard:
+        try:
+            run_id = controller.up(options, say_event, hooks=hooks)
+        except GpusBusy as exc:
+            _refuse_busy(exc)
+            say("nothing was started")
             sys.exit(EXIT_FAILED)
-        run_id = guard.run_id = new_run_id()
-        _say(f"run {run_id}")
-        launch(fleet, plan, run_id, _say, start_timeout_s=start_timeout, ps_first=not all_at_once)
-        remember(inv, run_id, plan.hosts_used)
-        attach_logs(fleet, run_id, setup_result)
-        _print_status(_read(fleet, run_id, list(plan.hosts_used), mark_up=True))
+        except RemoteError:
+            if hooks.run_id is not None or not hooks.reported_failure:
+                raise
+            say("nothing was started")  # sync or setup failed, and said how
+            sys.exit(EXIT_FAILED)
+        assert controller.up_status is not None
+        _print_status(controller.up_status)
         click.echo(f"run {run_id} is up · `tfctl logs -f` to follow · `tfctl down` to stop")
         guard.is_up = True
         if wait_:
-            sys.exit(_wait(fleet, run_id, list(plan.hosts_used)))
+            sys.exit(_wait(controller))
+
+
+def _refuse_busy(exc: GpusBusy) -> None:
+    click.secho("error: GPUs the plan assigns are in use by other processes:", fg="red",
+                err=True)
+    for line in exc.holders:
+        click.secho(f"  ✖ {line}", fg="red", err=True)
+    click.echo(f"free GPUs instead: {exc.free}", err=True)
+    click.echo("select free GPUs with `gpus: [...]` for those hosts in the inventory, or run "
+               "`tfctl up --force` to launch anyway", err=True)
 
 
 class _UpGuard:
@@ -139,10 +127,15 @@ class _UpGuard:
     KeyboardInterrupt; later ones are ignored until the run is up, so a second Ctrl-C cannot
     cut the rollback short and leave half a job behind."""
 
-    def __init__(self) -> None:
-        self.run_id: str | None = None
+    def __init__(self, hooks: CliUpHooks) -> None:
+        self.hooks = hooks
         self.is_up = False
         self.signals = 0
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id `up` chose (set just before any task starts), or None."""
+        return self.hooks.run_id
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
@@ -151,38 +144,26 @@ class _UpGuard:
 
 
 @contextlib.contextmanager
-def _rollback_on_interrupt(fleet: Fleet, plan: Plan) -> Iterator[_UpGuard]:
+def _rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[_UpGuard]:
     """Ctrl-C/SIGTERM before the run is up: stop what it started, say so, exit 130."""
-    from tfctl.remote.runs.launch import Interrupted, rollback
+    from tfctl.remote.runs.launch import Interrupted
 
-    guard = _UpGuard()
+    guard = _UpGuard(hooks)
     previous = {sig: signal.signal(sig, guard.on_signal) for sig in (signal.SIGINT,
                                                                       signal.SIGTERM)}
     try:
         yield guard
     except KeyboardInterrupt as exc:
         if guard.is_up:
-            _say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
+            say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
         elif guard.run_id is None:
-            _say("interrupted before any task was started: nothing to clean up")
+            say("interrupted before any task was started: nothing to clean up")
         elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
-            _say(f"interrupted: {rollback(fleet, plan, guard.run_id)}")
+            say(f"interrupted: {controller.rollback(guard.run_id)}")
         sys.exit(EXIT_INTERRUPTED)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _read(fleet: Fleet, run_id: str, hosts: list[str], mark_up: bool = False) -> RunStatus:
-    from tfctl.remote.runs.status import read_status
-
-    return read_status(fleet, run_id, hosts, mark_up=mark_up)
-
-
-def _current(inv: Inventory, fleet: Fleet) -> CurrentRun | None:
-    from tfctl.remote.runs.current import current_run
-
-    return current_run(inv, fleet)
 
 
 @click.command()
@@ -195,33 +176,24 @@ def wait(ctx: click.Context, timeout: float | None) -> None:
     Example:
       tfctl up && tfctl wait; echo "job exit status $?"
     """
-    inv, fleet = _fleet(ctx)
-    with fleet:
-        run = _current(inv, fleet)
-        if run is None:
-            _say("no run found")
-            sys.exit(EXIT_FAILED)
-        sys.exit(_wait(fleet, run.run_id, list(run.hosts), timeout))
+    with _controller(ctx) as controller:
+        sys.exit(_wait(controller, timeout))
 
 
-def _wait(fleet: Fleet, run_id: str, hosts: list[str], timeout: float | None = None) -> int:
-    from tfctl.remote.runs.status import describe_fatal, finalize_if_ended
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        status = _read(fleet, run_id, hosts)
-        if status.job_ended and not status.unreachable:
-            if status.fatal is not None:
-                _say(click.style(describe_fatal(status.fatal), fg="red"))
-            stopped = finalize_if_ended(fleet, status, hosts)
-            if stopped:
-                _say(f"job ended: stopped {', '.join(stopped)}")
-            _say(f"run {run_id} finished with exit status {status.exit_code}")
-            return status.exit_code
-        if deadline is not None and time.monotonic() > deadline:
-            _say(f"run {run_id} still running after {timeout:g} s")
-            return EXIT_FAILED
-        time.sleep(1.0)
+def _wait(controller: RunController, timeout: float | None = None) -> int:
+    result = controller.wait(timeout)
+    if result is None:
+        say("no run found")
+        return EXIT_FAILED
+    if result.timed_out:
+        say(f"run {result.run_id} still running after {timeout:g} s")
+        return EXIT_FAILED
+    if result.fatal is not None:
+        say(click.style(result.fatal, fg="red"))
+    if result.stopped:
+        say(f"job ended: stopped {', '.join(result.stopped)}")
+    say(f"run {result.run_id} finished with exit status {result.exit_code}")
+    return int(result.exit_code or 0)
 
 
 @click.command()
@@ -235,16 +207,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
       tfctl status
       tfctl status --json | jq '.tasks[] | select(.state != "running")'
     """
-    from tfctl.remote.runs.status import describe_fatal, finalize_if_ended, read_status
+    from tfctl.remote.runs.status import describe_fatal
 
-    inv, fleet = _fleet(ctx)
-    with fleet:
-        run = _current(inv, fleet)
-        if run is None:
-            click.echo("no run yet: start one with `tfctl up`")
-            return
-        st = read_status(fleet, run.run_id, list(run.hosts), tail=STATUS_TAIL_LINES)
-        stopped = finalize_if_ended(fleet, st, list(run.hosts))
+    with _controller(ctx) as controller:
+        report = controller.status_report(tail=STATUS_TAIL_LINES)
+    if report is None:
+        click.echo("no run yet: start one with `tfctl up`")
+        return
+    st, run, stopped = report.status, report.run, list(report.stopped)
     fatal = describe_fatal(st.fatal) if st.fatal is not None else None
     if as_json:
         click.echo(json.dumps({"run_id": st.run_id, "source": run.source,
@@ -286,29 +256,22 @@ def down(ctx: click.Context, grace: float) -> None:
       tfctl down
       tfctl down --grace 2
     """
-    from tfctl.remote.runs.stop import stop_run
-
-    inv, fleet = _fleet(ctx)
-    with fleet:
-        run = _current(inv, fleet)
-        if run is None:
-            click.echo("nothing to stop: no run found")
-            return
-        result = stop_run(fleet, run.run_id, run.hosts, grace_s=grace)
-    stopped = sorted(n for r in result.succeeded.values() for n in r.get("stopped", []))
-    killed = sorted(n for r in result.succeeded.values() for n in r.get("killed_after_grace", []))
-    problems = [(h, r) for h, r in result.succeeded.items()
-                if r.get("remaining_pids") or r.get("gpu_pids")]
-    if stopped:
-        click.echo(f"run {run.run_id}: stopped {', '.join(stopped)}"
+    with _controller(ctx) as controller:
+        summary = controller.down(grace_s=grace)
+    if summary.run_id is None:
+        click.echo("nothing to stop: no run found")
+        return
+    killed = summary.killed_after_grace
+    if summary.stopped:
+        click.echo(f"run {summary.run_id}: stopped {', '.join(summary.stopped)}"
                    + (f" (SIGKILL after {grace:g} s: {', '.join(killed)})" if killed else ""))
-    elif not result.failed:
-        click.echo(f"run {run.run_id}: nothing to stop (already down)")
-    for host, r in problems:
-        click.secho(f"  ✖ {host}: still alive after SIGKILL: pids {r.get('remaining_pids')}; "
-                    f"holding GPU memory: {r.get('gpu_pids')}", fg="red", err=True)
-    if result.failed:
-        _report_failures(dict(result.failed))
+    elif not summary.errors:
+        click.echo(f"run {summary.run_id}: nothing to stop (already down)")
+    for host, r in summary.problems.items():
+        click.secho(f"  ✖ {host}: still alive after SIGKILL: pids {list(r.remaining_pids)}; "
+                    f"holding GPU memory: {list(r.gpu_pids)}", fg="red", err=True)
+    if summary.errors:
+        report_failures(summary.errors.values())
         click.secho("run `tfctl down` again once those hosts are back", fg="red", err=True)
-    if result.failed or problems:
+    if summary.errors or summary.problems:
         sys.exit(EXIT_FAILED)

@@ -22,7 +22,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
       tfctl runs --json | jq '.runs[0].ended'
     """
     from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.runs.listing import list_runs
+    from tfctl.remote.history.listing import list_runs
 
     c = obj(ctx)
     inv = c.load()

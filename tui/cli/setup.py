@@ -1,4 +1,4 @@
-"""`tfctl setup`, and the two pre-launch steps `up` shares with it: setup and the busy-GPU check.
+"""`tfctl setup`, and how `up` prints its pre-launch steps (`CliUpHooks`): sync and setup.
 
 Progress goes to stderr (`tfctl: setup h1: [1/2] python3 -m venv .venv`), one summary line per
 host to stdout, failures to stderr with the host, the command, its exit status and the last
@@ -8,68 +8,47 @@ lines of its log.
 from __future__ import annotations
 
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import click
 
-from tfctl.tui.cli.main import EXIT_FAILED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.output import report_failures, say, say_event
 
 if TYPE_CHECKING:
-    from tfctl.inventory.plan import Plan
-    from tfctl.remote.connect.fleet import Fleet, FleetResult
+    from tfctl.remote.connect.fleet import FleetResult
+    from tfctl.remote.errors import RemoteError
     from tfctl.remote.runs.setup import SetupOutcome
+    from tfctl.remote.sync.result import SyncResult
 
 
-def _say(text: str) -> None:
-    click.echo(click.style("tfctl: ", fg="cyan") + text, err=True)
+class CliUpHooks:
+    """Prints what the controller's sync and setup steps did, as `tfctl setup`/`up` always did;
+    remembers whether it reported a failure (then the caller says so and exits 1)."""
 
+    def __init__(self) -> None:
+        self.reported_failure = False
+        self.run_id: str | None = None
 
-def run_setup_step(fleet: Fleet, force: bool) -> tuple[FleetResult[SetupOutcome], bool]:
-    """Run `job.setup` everywhere, print per host how it went; (result, every host ok)."""
-    from tfctl.remote.runs.setup import run_setup, setup_errors
+    def synced(self, result: FleetResult[SyncResult]) -> None:
+        if result.failed:
+            report_failures(result.failed.values())
+            self.reported_failure = True
 
-    job = fleet.inventory.job
-    if not job.setup:
-        from tfctl.remote.connect.fleet import FleetResult
+    def setup_done(self, result: FleetResult[SetupOutcome], errors: list[RemoteError],
+                   seconds: float) -> None:
+        for outcome in result.succeeded.values():
+            if outcome.ok:
+                click.echo(outcome.summary())
+        report_failures(errors)
+        ran = sum(o.state == "done" for o in result.succeeded.values())
+        skipped = sum(o.state == "skipped" for o in result.succeeded.values())
+        say(f"setup: {ran} ran, {skipped} skipped, {len(errors)} failed in {seconds:.1f} s")
+        self.reported_failure = self.reported_failure or bool(errors)
 
-        return FleetResult({}, {}), True
-    started = time.monotonic()
-    result = run_setup(fleet, force=force, progress=lambda h, m: _say(f"setup {h}: {m}"))
-    for outcome in result.succeeded.values():
-        if outcome.ok:
-            click.echo(outcome.summary())
-    errors = setup_errors(result)
-    for exc in errors:
-        click.secho(f"  ✖ {exc.full()}", fg="red", err=True)
-    ran = sum(o.state == "done" for o in result.succeeded.values())
-    skipped = sum(o.state == "skipped" for o in result.succeeded.values())
-    _say(f"setup: {ran} ran, {skipped} skipped, {len(errors)} failed "
-         f"in {time.monotonic() - started:.1f} s")
-    return result, not errors
-
-
-def busy_gpu_step(fleet: Fleet, plan: Plan, force: bool) -> bool:
-    """Report other processes on the plan's GPUs; False (refuse) unless `force` or none."""
-    from tfctl.remote.gpus.busy import find_busy_gpus
-
-    report = find_busy_gpus(fleet, plan)
-    for line in report.unknown_lines():
-        _say(click.style("warning: ", fg="yellow") + line)
-    if not report.busy:
-        return True
-    if force:
-        _say(click.style("warning: ", fg="yellow") + "launching anyway (--force) onto GPUs "
-             "in use: " + "; ".join(report.busy_lines()))
-        return True
-    click.secho("error: GPUs the plan assigns are in use by other processes:", fg="red",
-                err=True)
-    for line in report.busy_lines():
-        click.secho(f"  ✖ {line}", fg="red", err=True)
-    click.echo(f"free GPUs instead: {report.free_text()}", err=True)
-    click.echo("select free GPUs with `gpus: [...]` for those hosts in the inventory, or run "
-               "`tfctl up --force` to launch anyway", err=True)
-    return False
+    def run_started(self, run_id: str) -> None:
+        self.run_id = run_id
+        say(f"run {run_id}")
 
 
 @click.command()
@@ -87,22 +66,20 @@ def setup(ctx: click.Context, force: bool, no_sync: bool) -> None:
       tfctl -i cluster.yaml setup
       tfctl setup --force        # run it again on every host
     """
-    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.errors import RemoteError
+    from tfctl.remote.runs.controller import RunController, UpOptions
 
     c = obj(ctx)
     inv = c.load()
     if not inv.job.setup:
         click.echo("no `job.setup` commands in the inventory: nothing to do")
         return
-    with Fleet(inv, c.ssh_options()) as fleet:
-        if not no_sync and inv.job.sync.enabled:
-            from tfctl.remote.sync.rsync import sync_all
-
-            synced = sync_all(fleet, progress=lambda h, m: _say(f"sync {h}: {m}"))
-            for exc in synced.failed.values():
-                click.secho(f"  ✖ {exc.full()}", fg="red", err=True)
-            if synced.failed:
-                sys.exit(EXIT_FAILED)
-        _, ok = run_setup_step(fleet, force)
-    if not ok:
-        sys.exit(EXIT_FAILED)
+    hooks = CliUpHooks()
+    with RunController(inv, c.ssh_options()) as controller:
+        try:
+            controller.setup(UpOptions(sync=not no_sync, force_setup=force), say_event,
+                             hooks=hooks)
+        except RemoteError:
+            if not hooks.reported_failure:
+                raise
+            sys.exit(EXIT_FAILED)

@@ -1,0 +1,270 @@
+"""One typed client function per agent operation: arguments in, a dataclass out.
+
+`agentclient.call(transport, op, args)` speaks the wire (raw op names, raw dicts); the rest of
+tfctl calls these instead, so an op's name, its arguments and the shape of its answer are
+written down once, here, beside the agent's `op_*` functions (remote/agent/main.py).
+Raw records the agent passes through unchanged (a task's status, a port holder) stay mappings
+inside the answers, read by the modules that interpret them (`runs.status`, `runs.check`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.transport import Transport
+
+Raw = Mapping[str, Any]
+
+
+# ---------------------------------------------------------------- preflight
+
+def probe(t: Transport, workdir: str) -> dict[str, Any]:
+    """What the host has (python, TensorFlow, nvidia-smi, disk, the workdir) (op `probe`); the
+    answer is read item by item by `runs.check`."""
+    answer: dict[str, Any] = agentclient.call(t, "probe", {"workdir": workdir})
+    return answer
+
+
+# ---------------------------------------------------------------- ports / port probe
+
+@dataclass(frozen=True)
+class PortState:
+    """One port on a host: free, or who holds it (`raw` for `runs.check.describe_holder`)."""
+
+    port: int
+    free: bool
+    run_id: str | None = None
+    """The tfctl run whose task holds it, if any."""
+    task: str | None = None
+    raw: Raw = field(default_factory=dict)
+
+
+def ports(t: Transport, numbers: Sequence[int]) -> list[PortState]:
+    """Whether each port is free on the host and, if not, who holds it (op `ports`)."""
+    answer = agentclient.call(t, "ports", {"ports": list(numbers)})
+    return [PortState(int(s["port"]), bool(s.get("free")), s.get("tfctl_run_id"),
+                      s.get("tfctl_task"), s) for s in answer["ports"]]
+
+
+def listen(t: Transport, numbers: Sequence[int], seconds: float) -> dict[str, Any]:
+    """Bind these ports for `seconds` in a background listener (op `listen`): bound, busy, pid."""
+    answer: dict[str, Any] = agentclient.call(t, "listen", {"ports": list(numbers),
+                                                            "seconds": seconds})
+    return answer
+
+
+def connect(t: Transport, targets: Sequence[str], timeout_s: float) -> list[Raw]:
+    """Try TCP connects from the host to each `address:port` (op `connect`)."""
+    answer = agentclient.call(t, "connect", {"targets": list(targets), "timeout_s": timeout_s})
+    return list(answer["targets"])
+
+
+# ---------------------------------------------------------------- a run's life
+
+def prepare(t: Transport, workdir: str, run_id: str, manifest: Raw) -> str:
+    """Create the run's directory and manifest (op `prepare`); the run directory."""
+    answer = agentclient.call(t, "prepare", {"workdir": workdir, "run_id": run_id,
+                                             "manifest": dict(manifest)})
+    return str(answer["run_dir"])
+
+
+@dataclass(frozen=True)
+class TaskPid:
+    pid: int
+    pgid: int
+
+
+@dataclass(frozen=True)
+class LaunchAnswer:
+    tasks: dict[str, TaskPid]
+    watcher_pid: int | None = None
+
+
+def launch(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = None
+           ) -> LaunchAnswer:
+    """Start these tasks of the prepared run (all when None) and its watcher (op `launch`)."""
+    answer = agentclient.call(t, "launch", {"workdir": workdir, "run_id": run_id,
+                                            "tasks": None if tasks is None else list(tasks)})
+    return LaunchAnswer({n: TaskPid(int(p["pid"]), int(p["pgid"]))
+                         for n, p in answer["tasks"].items()}, answer.get("watcher_pid"))
+
+
+@dataclass(frozen=True)
+class StartState:
+    """How a starting task is doing after `wait_ports`."""
+
+    name: str
+    state: str
+    """"listening" | "running" | "exited" | "timeout" | ..."""
+    exit_code: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    port: int | None = None
+    port_holder: Raw | None = None
+    last_lines: tuple[str, ...] = ()
+
+    @property
+    def started(self) -> bool:
+        """Listening (or running without a port), or already done with success."""
+        return self.state in ("listening", "running") or (
+            self.state == "exited" and self.exit_code == 0)
+
+
+def wait_ports(t: Transport, workdir: str, run_id: str, tasks: Sequence[str], timeout_s: float,
+               call_timeout_s: float | None = None) -> dict[str, StartState]:
+    """Wait up to `timeout_s` for these tasks to listen on their ports or end (op `wait_ports`)."""
+    answer = agentclient.call(t, "wait_ports", {"workdir": workdir, "run_id": run_id,
+                                                "tasks": list(tasks), "timeout_s": timeout_s},
+                              timeout_s=call_timeout_s if call_timeout_s is not None
+                              else timeout_s + 30)
+    return {name: _start_state(name, raw) for name, raw in answer["tasks"].items()}
+
+
+def _start_state(name: str, raw: Raw) -> StartState:
+    return StartState(name, str(raw.get("state")), raw.get("exit_code"), raw.get("signal"),
+                      raw.get("error"), raw.get("port"), raw.get("port_holder"),
+                      tuple(raw.get("last_lines") or ()))
+
+
+@dataclass(frozen=True)
+class StatusAnswer:
+    """One host's view of a run (op `status`); `tasks` are the agent's task records."""
+
+    run_id: str
+    run_dir: str
+    tasks: tuple[Raw, ...]
+    finished: Raw | None = None
+    live: bool = False
+    created_at: float | None = None
+    inventory: str | None = None
+    hostname: str | None = None
+
+
+def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1,
+           mark_up: bool = False) -> StatusAnswer:
+    """Every task of the run on this host with `tail` last log lines (op `status`)."""
+    args: dict[str, Any] = {"workdir": workdir, "run_id": run_id, "tail": tail}
+    if mark_up:
+        args["mark_up"] = True
+    a = agentclient.call(t, "status", args)
+    return StatusAnswer(a["run_id"], a["run_dir"], tuple(a.get("tasks", ())), a.get("finished"),
+                        bool(a.get("live")), a.get("created_at"), a.get("inventory"),
+                        a.get("hostname"))
+
+
+@dataclass(frozen=True)
+class StopAnswer:
+    """What stopping (part of) a run on one host did (op `stop`), verified by the agent."""
+
+    stopped: tuple[str, ...] = ()
+    killed_after_grace: tuple[str, ...] = ()
+    """Tasks that needed SIGKILL after the grace period."""
+    remaining_pids: tuple[int, ...] = ()
+    """The run's processes still alive after SIGKILL (should be none)."""
+    gpu_pids: tuple[int, ...] = ()
+    """Of the run's processes, those nvidia-smi still shows holding GPU memory."""
+    gpu_error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        return not self.remaining_pids and not self.gpu_pids
+
+
+def stop(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = None,
+         grace_s: float = 10.0) -> StopAnswer:
+    """TERM, grace, KILL, verify: the run's tasks on this host, or only `tasks` (op `stop`)."""
+    a = agentclient.call(t, "stop", {"workdir": workdir, "run_id": run_id,
+                                     "tasks": None if tasks is None else list(tasks),
+                                     "grace_s": grace_s}, timeout_s=grace_s + 60)
+    return StopAnswer(tuple(a.get("stopped", ())), tuple(a.get("killed_after_grace", ())),
+                      tuple(a.get("remaining_pids", ())), tuple(a.get("gpu_pids", ())),
+                      a.get("gpu_error"))
+
+
+def finish(t: Transport, workdir: str, run_id: str, record: Raw) -> None:
+    """Record how the run ended on this host (op `finish`): `{"state": ..., ...}`."""
+    agentclient.call(t, "finish", {"workdir": workdir, "run_id": run_id, "status": dict(record)})
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    live: bool
+    created_at: float | None = None
+    tasks: tuple[str, ...] = ()
+
+
+def runs(t: Transport, workdir: str) -> list[RunRecord]:
+    """The runs this host's workdir holds, newest first (op `runs`)."""
+    answer = agentclient.call(t, "runs", {"workdir": workdir})
+    return [RunRecord(r["run_id"], bool(r.get("live")), r.get("created_at"),
+                      tuple(r.get("tasks") or ())) for r in answer["runs"]]
+
+
+# ---------------------------------------------------------------- logs, files, processes
+
+@dataclass(frozen=True)
+class LogChunk:
+    data: str
+    offset: int
+    """Where the next read of this log starts."""
+    reset: bool = False
+    """The log was truncated or replaced since the offset asked for."""
+
+
+def logs(t: Transport, workdir: str, run_id: str, offsets: Mapping[str, int],
+         max_bytes: int, tail_lines: int | None = None) -> dict[str, LogChunk]:
+    """Each task's log from its offset (or its last `tail_lines` lines) (op `logs`)."""
+    args: dict[str, Any] = {"workdir": workdir, "run_id": run_id, "offsets": dict(offsets),
+                            "max_bytes": max_bytes}
+    if tail_lines is not None:
+        args["tail_lines"] = tail_lines
+    answer = agentclient.call(t, "logs", args)
+    return {task: LogChunk(c["data"], int(c["offset"]), bool(c.get("reset")))
+            for task, c in answer.get("logs", {}).items()}
+
+
+@dataclass(frozen=True)
+class SyncDiff:
+    """Which listed paths differ in the host's workdir (op `sync_diff`, which also creates it)."""
+
+    dest: str
+    """The workdir, expanded on the host."""
+    has_rsync: bool
+    count: int | None
+    """How many differ (None: not known, e.g. the agent could not run)."""
+    differ: tuple[str, ...] | None = None
+    """Those paths, or None when there are too many to list (rsync the whole tree)."""
+
+
+def sync_diff(t: Transport, workdir: str, packed_entries: str, timeout_s: float = 60
+              ) -> SyncDiff:
+    a = agentclient.call(t, "sync_diff", {"workdir": workdir, "entries": packed_entries},
+                         timeout_s=timeout_s)
+    differ = a.get("differ")
+    return SyncDiff(str(a["dest"]), bool(a.get("rsync")), a.get("count"),
+                    None if differ is None else tuple(differ))
+
+
+@dataclass(frozen=True)
+class PutAnswer:
+    written: tuple[str, ...]
+    bytes: int
+    refused: str | None = None
+
+
+def put_files(t: Transport, dest: str, files: Any, timeout_s: float = 120) -> PutAnswer:
+    """Write these packed files under `dest` on the host (op `put_files`)."""
+    answer = agentclient.call(t, "put_files", {"workdir": dest, "files": files},
+                              timeout_s=timeout_s)
+    return PutAnswer(tuple(answer.get("written", ())), int(answer.get("bytes", 0)),
+                     answer.get("refused"))
+
+
+def procs(t: Transport, pids: Sequence[int]) -> dict[int, Raw | None]:
+    """What the host's /proc says of each pid (None: gone or not visible) (op `procs`)."""
+    answer = agentclient.call(t, "procs", {"pids": list(pids)})["procs"]
+    return {int(p): info for p, info in answer.items()}

@@ -1,0 +1,100 @@
+"""The steps `RunController.up` takes before it starts anything: sync, setup, the busy-GPU check.
+
+Each step reports progress through `on_event` (one line of text) and, for front ends that show
+more than lines (the CLI's per-host summaries), through an `UpHooks` object; a step that fails
+raises, and then nothing was started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from tfctl.inventory.plan import Plan
+from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.errors import GpusBusy, RemoteError
+from tfctl.remote.runs.setup import SetupOutcome, run_setup, setup_errors
+from tfctl.remote.sync.result import SyncResult
+
+OnEvent = Callable[[str], None]
+WARNING = "warning: "
+"""The prefix of an event that is a warning (front ends may colour it)."""
+
+
+class UpHooks(Protocol):
+    """What `up` tells a front end besides its event lines (`NoHooks`: nothing)."""
+
+    def synced(self, result: FleetResult[SyncResult]) -> None:
+        """The sync ended (failures are in `result.failed`; `up` raises `SyncFailed` next)."""
+
+    def setup_done(self, result: FleetResult[SetupOutcome], errors: list[RemoteError],
+                   seconds: float) -> None:
+        """job.setup ended on every host; with `errors`, `up` raises the first one next."""
+
+    def run_started(self, run_id: str) -> None:
+        """A run id was chosen and tasks are about to start (from here on, roll back)."""
+
+
+class NoHooks:
+    def synced(self, result: FleetResult[SyncResult]) -> None:
+        pass
+
+    def setup_done(self, result: FleetResult[SetupOutcome], errors: list[RemoteError],
+                   seconds: float) -> None:
+        pass
+
+    def run_started(self, run_id: str) -> None:
+        pass
+
+
+class SyncFailed(RemoteError):
+    """The code could not be synced to some hosts: nothing was started. `failed`: host → why."""
+
+    def __init__(self, failed: Mapping[str, RemoteError]) -> None:
+        first = next(iter(failed.values()))
+        super().__init__(first.host, first.what, first.detail, kind="sync")
+        self.failed = dict(failed)
+
+    def full(self) -> str:
+        return "\n".join(e.full() for e in self.failed.values())
+
+
+def sync_step(fleet: Fleet, on_event: OnEvent, hooks: UpHooks) -> FleetResult[SyncResult]:
+    from tfctl.remote.sync.rsync import sync_all
+
+    result = sync_all(fleet, progress=lambda h, m: on_event(f"sync {h}: {m}"))
+    hooks.synced(result)
+    if result.failed:
+        raise SyncFailed(result.failed)
+    return result
+
+
+def setup_step(fleet: Fleet, force: bool, on_event: OnEvent, hooks: UpHooks
+               ) -> FleetResult[SetupOutcome]:
+    """job.setup on every host (cached); raises the first host's error (a `SetupFailed`)."""
+    if not fleet.inventory.job.setup:
+        return FleetResult({}, {})
+    started = time.monotonic()
+    result = run_setup(fleet, force=force, progress=lambda h, m: on_event(f"setup {h}: {m}"))
+    errors = setup_errors(result)
+    hooks.setup_done(result, errors, time.monotonic() - started)
+    if errors:
+        raise errors[0]
+    return result
+
+
+def busy_gpu_step(fleet: Fleet, plan: Plan, force: bool, on_event: OnEvent) -> None:
+    """Other processes on the plan's GPUs: raise `GpusBusy` unless `force` (then warn)."""
+    from tfctl.remote.gpus.busy import find_busy_gpus
+
+    report = find_busy_gpus(fleet, plan)
+    for line in report.unknown_lines():
+        on_event(WARNING + line)
+    if not report.busy:
+        return
+    if force:
+        on_event(WARNING + "launching anyway (--force) onto GPUs in use: "
+                 + "; ".join(report.busy_lines()))
+        return
+    raise GpusBusy(tuple(report.busy_lines()), report.free_text())

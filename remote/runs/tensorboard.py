@@ -1,0 +1,116 @@
+"""Making sure the plan's TensorBoard task runs (`RunController.ensure_tensorboard`).
+
+Where TensorBoard comes from: the current run's `tensorboard:0` task (started by `up`). When it
+is not running it is started, if the caller allows it, in one of two ways, so that `tfctl down`
+always stops it:
+
+- the current run has a `tensorboard:0` task (stopped, exited, lost): that task is launched
+  again inside the same run, with the same command and empty mask;
+- there is no run, or it has no TensorBoard task and nothing of it still runs on that host: a
+  one-task run of its own is started (and becomes the current run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from tfctl.inventory.plan import Task
+from tfctl.remote.connect import agentops
+from tfctl.remote.errors import RemoteError
+from tfctl.remote.runs.status import TaskStatus
+
+if TYPE_CHECKING:
+    from tfctl.remote.runs.controller import RunController
+
+TASK = "tensorboard:0"
+START_TIMEOUT_S = 90.0
+
+
+class TensorboardError(RemoteError):
+    """TensorBoard could not be made to run; the message says why (and what to do)."""
+
+    def __init__(self, host: str, what: str, detail: str = "", *, named: bool = True) -> None:
+        super().__init__(host, what, detail, kind="tensorboard")
+        self.named = named
+
+    def __str__(self) -> str:
+        return super().__str__() if self.named else self.what
+
+
+def ensure_tensorboard(controller: RunController, allow_start: Callable[[str], bool],
+                       on_event: Callable[[str], None]) -> bool:
+    """True once the plan's TensorBoard task runs; when it does not, `allow_start(why)` decides
+    whether to start it (False: nothing is done and False returned). Raises TensorboardError."""
+    task = controller.plan.task(TASK)
+    run = controller.current()
+    on_host = _host_tasks(controller, task.host) if run is not None else ()
+    seen = next((t for t in on_host if t.name == TASK), None)
+    if seen is not None and seen.state == "running":
+        return True
+    if run is not None and seen is None and any(t.state in ("running", "starting")
+                                                for t in on_host):
+        raise TensorboardError(task.host, f"run {run.run_id} is running on {task.host} without "
+                               "a TensorBoard task (`job.tensorboard` was added after `up`): "
+                               "`tfctl down`, then `tfctl up` again", named=False)
+    if run is not None and seen is not None and seen.state == "starting":
+        _wait_listening(controller, task, run.run_id)
+        return True
+    why = "there is no run yet" if run is None else (
+        f"run {run.run_id} has no TensorBoard task" if seen is None
+        else f"in run {run.run_id} it is {seen.describe()}")
+    if not allow_start(why):
+        return False
+    if run is not None and seen is not None:
+        _relaunch(controller, task, run.run_id, on_event)
+    else:
+        _start_alone(controller, task, on_event)
+    return True
+
+
+def _host_tasks(controller: RunController, host: str) -> tuple[TaskStatus, ...]:
+    """The current run's tasks on `host` as the host reports them (none if it lost the run)."""
+    try:
+        return controller.host_status(host)
+    except RemoteError as exc:
+        if exc.kind == "no_run":  # the state file names a run this host has no record of
+            return ()
+        raise
+
+
+def _relaunch(controller: RunController, task: Task, run_id: str,
+              on_event: Callable[[str], None]) -> None:
+    from tfctl.remote.runs.check import describe_holder
+
+    t = controller.fleet.transport(task.host)
+    port = agentops.ports(t, [task.port] if task.port is not None else [])[0]
+    if not port.free:
+        raise TensorboardError(task.host, f"port {task.port} (for {task.name}) is already in "
+                               f"use: {describe_holder(port.raw)}")
+    agentops.launch(t, t.host.workdir, run_id, [task.name])
+    on_event(f"started {task.name} again in run {run_id} on {task.host}")
+    _wait_listening(controller, task, run_id)
+
+
+def _start_alone(controller: RunController, task: Task, on_event: Callable[[str], None]) -> None:
+    from tfctl.remote.runs.current import remember
+    from tfctl.remote.runs.launch import launch, new_run_id
+
+    plan = replace(controller.plan, tasks=(task,))
+    run_id = new_run_id()
+    launch(controller.fleet, plan, run_id, on_event, start_timeout_s=START_TIMEOUT_S)
+    remember(controller.inventory, run_id, plan.hosts_used)
+    controller.current(refresh=True)
+    on_event(f"started TensorBoard on {task.host} as run {run_id} (`tfctl down` stops it)")
+
+
+def _wait_listening(controller: RunController, task: Task, run_id: str) -> None:
+    t = controller.fleet.transport(task.host)
+    waited = agentops.wait_ports(t, t.host.workdir, run_id, [task.name], START_TIMEOUT_S,
+                                 call_timeout_s=START_TIMEOUT_S + 30)[task.name]
+    if waited.state == "listening":
+        return
+    how = ("did not listen on its port in time" if waited.state == "timeout"
+           else f"ended at start ({waited.state}, exit {waited.exit_code})")
+    raise TensorboardError(task.host, f"{task.name} {how}", "\n".join(waited.last_lines))
