@@ -66,3 +66,14 @@ def test_keeps_log_order_and_plain_lines_before_frames() -> None:
 ])
 def test_error_lines(line: str, error: bool) -> None:
     assert is_error_line(line) is error
+
+
+def test_the_exception_wins_over_later_status_words_and_takes_its_next_line() -> None:
+    tail = ["tensorflow.python.framework.errors_impl.NotFoundError: From /job:ps/task:1:",
+            "out/train/model.ckpt-0_temp/part-00001; No such file or directory",
+            "W0000 local_rendezvous.cc:412] Local rendezvous is aborting with status: ABORTED"]
+    failure = explain(tail, keep=1)
+    assert failure.headline == ("tensorflow.python.framework.errors_impl.NotFoundError: From "
+                                "/job:ps/task:1: out/train/model.ckpt-0_temp/part-00001; No such "
+                                "file or directory")
+    assert failure.lines == tuple(tail[:2])  # the exception and the line its message goes on

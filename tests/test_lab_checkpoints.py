@@ -35,7 +35,7 @@ def test_ps_on_every_host_is_warned_then_the_failed_save_is_named(lab, tmp_path:
         wait = tfctl(inv, "wait", "--timeout", "180", timeout=240)
         said = wait.stdout + wait.stderr
         assert wait.returncode != 0, said
-        assert "No such file or directory" in said and "NotFoundError" in said, said
+        assert "No such file or directory" in said and "NOT_FOUND" in said, said
         assert "every ps and the chief see" in said, said  # the hint
         assert processes_of_run(run_id) == {}
     finally:

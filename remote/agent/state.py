@@ -103,6 +103,16 @@ def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str,
     return seen
 
 
+# A task that failed comes with more of its log: the client picks the error line out of it
+# (remote/runs/failure.py), which TensorFlow often prints above a screen of stack frames.
+FAILED_TAIL = 40
+
+
+def _failed(exit_rec: dict[str, Any]) -> bool:
+    return bool(exit_rec) and (bool(exit_rec.get("signal")) or exit_rec.get("exit_code") not in
+                               (0, None))
+
+
 def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any],
                   tail: int) -> list[dict[str, Any]]:
     tasks = manifest_tasks(manifest, None)
@@ -126,7 +136,8 @@ def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any],
             "exit_code": exit_rec.get("exit_code"), "signal": exit_rec.get("signal"),
             "error": exit_rec.get("error"), "started_at": started, "ended_at": ended,
             "uptime_s": uptime, "restarts": exit_rec.get("restarts", pid_rec.get("restarts", 0)),
-            "last_exit": pid_rec.get("last_exit"), "last_lines": log_tail(log, tail),
+            "last_exit": pid_rec.get("last_exit"),
+            "last_lines": log_tail(log, max(tail, FAILED_TAIL) if _failed(exit_rec) else tail),
             "log_size_bytes": os.path.getsize(log) if os.path.exists(log) else 0})
     return out
 

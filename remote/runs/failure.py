@@ -60,12 +60,9 @@ class Failure:
 
     lines: tuple[str, ...]
     hint: str | None
-
-    @property
-    def headline(self) -> str | None:
-        """The one line that names the error (the last exception or status line), if any."""
-        errors = [line for line in self.lines if is_error_line(line)]
-        return errors[-1].strip() if errors else None
+    headline: str | None = None
+    """What names the error: the last Python exception line (with the line after it when the
+    message goes on there, as TensorFlow's do), else the last status or error line."""
 
 
 def is_error_line(line: str) -> bool:
@@ -80,18 +77,34 @@ def explain(tail: Sequence[str], keep: int = 5) -> Failure:
     """
     lines = [line.rstrip("\n") for line in tail]
     ranked = sorted(range(len(lines)), key=lambda i: (_rank(lines, i), -i))
-    chosen = sorted(ranked[:keep])
+    chosen = set(ranked[:keep])
+    head = _headline_index(lines)
+    if head is not None and lines[head].rstrip().endswith(":") and head + 1 < len(lines):
+        chosen.add(head + 1)  # the message goes on on the next line
     text = "\n".join(lines)
     hint = next((h.advice for h in HINTS if h.pattern.search(text)), None)
-    return Failure(tuple(lines[i] for i in chosen), hint)
+    headline = None
+    if head is not None:
+        headline = lines[head].strip()
+        if headline.endswith(":") and head + 1 < len(lines):
+            headline += " " + lines[head + 1].strip()
+    return Failure(tuple(lines[i] for i in sorted(chosen)), hint, headline)
+
+
+def _headline_index(lines: Sequence[str]) -> int | None:
+    exceptions = [i for i, line in enumerate(lines) if _EXCEPTION.search(line)]
+    errors = exceptions or [i for i, line in enumerate(lines) if is_error_line(line)]
+    return errors[-1] if errors else None
 
 
 def _rank(lines: Sequence[str], i: int) -> int:
     line = lines[i]
+    if _EXCEPTION.search(line):
+        return 0  # a Python exception: what the program died of
     if is_error_line(line):
-        return 0
+        return 1  # a status word in a log line, OOM, Killed
     if not line.strip() or line.strip() == _TRACEBACK_HEAD:
-        return 3
+        return 4
     if _FRAME.match(line) or (i > 0 and _FRAME.match(lines[i - 1])):
-        return 2  # a frame, or the source line Python prints under it
-    return 1
+        return 3  # a frame, or the source line Python prints under it
+    return 2

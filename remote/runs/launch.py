@@ -27,6 +27,7 @@ from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.endrule import end_rule
+from tfctl.remote.runs.failure import explain
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -212,7 +213,9 @@ def _judge_start(host: str, waited: Mapping[str, agentops.StartState]) -> None:
         how = how_it_ended(state)
         if state.port_holder and not state.port_holder.get("free"):
             how += f" (port {state.port} {describe_holder(state.port_holder)})"
-        raise LaunchFailed(host, f"{name} {how}", "\n".join(state.last_lines))
+        failure = explain(state.last_lines, keep=8)  # the error line over stack frames
+        detail = "\n".join(failure.lines) + (f"\nhint: {failure.hint}" if failure.hint else "")
+        raise LaunchFailed(host, f"{name} {how}", detail)
 
 
 def how_it_ended(state: agentops.StartState) -> str:

@@ -16,12 +16,13 @@ restart is pending the task is `starting`, not failed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.runs.failure import explain
 
 ENDED = ("exited", "killed", "stopped", "lost")
 FATAL_TYPES = ("ps", "chief")
@@ -120,12 +121,16 @@ def _is_chief(task: TaskStatus, acting_chief: str | None) -> bool:
 
 def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
     lines = raw.get("last_lines") or []
-    return TaskStatus(
+    task = TaskStatus(
         name=raw["name"], host=host, state=raw.get("state", "lost"), pid=raw.get("pid"),
         exit_code=raw.get("exit_code"), signal=raw.get("signal"), uptime_s=raw.get("uptime_s"),
         restarts=int(raw.get("restarts") or 0), last_line=lines[-1] if lines else "",
         mask=raw.get("cuda_visible_devices"), last_lines=tuple(lines),
     )
+    if task.failed:  # the line that names the error, not the last stack frame
+        headline = explain(lines).headline
+        task = replace(task, last_line=headline or task.last_line)
+    return task
 
 
 def fatal_failure(tasks: tuple[TaskStatus, ...],
@@ -138,8 +143,16 @@ def fatal_failure(tasks: tuple[TaskStatus, ...],
 def describe_fatal(task: TaskStatus) -> str:
     """`ps:0 on h1 failed (killed by SIGKILL): the job cannot continue without its parameter
     servers`."""
-    return (f"{task.name} on {task.host} failed ({task.describe()}): the job cannot continue "
+    said = (f"{task.name} on {task.host} failed ({task.describe()}): the job cannot continue "
             f"without {'its parameter servers' if task.type == 'ps' else 'its chief'}")
+    return said + describe_error(task.last_lines)
+
+
+def describe_error(lines: Sequence[str]) -> str:
+    """`\n  <the error line>\n  hint: <what to do>` for a failed task's log tail, or ""."""
+    failure = explain(lines)
+    text = f"\n  {failure.headline}" if failure.headline else ""
+    return text + (f"\n  hint: {failure.hint}" if failure.hint else "")
 
 
 def job_ended(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None) -> bool:

@@ -207,6 +207,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
       tfctl status
       tfctl status --json | jq '.tasks[] | select(.state != "running")'
     """
+    from tfctl.remote.runs.failure import explain
     from tfctl.remote.runs.status import describe_fatal
 
     with _controller(ctx) as controller:
@@ -225,10 +226,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return
     click.echo(f"run {st.run_id} (from the {run.source})")
     _print_status(st)
-    for t in st.tasks:  # how each failed task ended, in its own words
+    for t in st.tasks:  # how each failed task ended, in its own words: the error line first
         if t.failed and t.last_lines:
-            click.echo(f"{t.name} on {t.host} {t.describe()}; its last lines:")
-            click.echo("".join(f"  {t.name} | {line}\n" for line in t.last_lines), nl=False)
+            failure = explain(t.last_lines, keep=STATUS_TAIL_LINES)
+            click.echo(f"{t.name} on {t.host} {t.describe()}; its log says:")
+            click.echo("".join(f"  {t.name} | {line}\n" for line in failure.lines), nl=False)
+            if failure.hint:
+                click.echo(f"  hint: {failure.hint}")
     if fatal:
         click.secho(fatal, fg="red", bold=True)
     if stopped:
