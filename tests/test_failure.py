@@ -77,3 +77,12 @@ def test_the_exception_wins_over_later_status_words_and_takes_its_next_line() ->
                                 "/job:ps/task:1: out/train/model.ckpt-0_temp/part-00001; No such "
                                 "file or directory")
     assert failure.lines == tuple(tail[:2])  # the exception and the line its message goes on
+
+
+def test_a_known_failure_wins_over_the_aborted_steps_that_follow_it() -> None:
+    tail = ["step 1", "W0000 rendezvous aborting with status: NOT_FOUND: out/ckpt-0_temp; No "
+            "such file or directory", "W0000 rendezvous aborting with status: ABORTED: Step 6 "
+            "cancelled."]
+    headline = explain(tail).headline
+    assert headline is not None and "NOT_FOUND" in headline
+    assert explain(tail[:1] + tail[2:]).headline == tail[2]  # nothing better: the consequence

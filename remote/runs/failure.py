@@ -91,10 +91,23 @@ def explain(tail: Sequence[str], keep: int = 5) -> Failure:
     return Failure(tuple(lines[i] for i in sorted(chosen)), hint, headline)
 
 
+# What other tasks say once one has failed: a consequence, never the cause.
+_CONSEQUENCE = re.compile(r"\b(?:ABORTED|CANCELLED)\b|[Cc]ancelled")
+
+
 def _headline_index(lines: Sequence[str]) -> int | None:
-    exceptions = [i for i, line in enumerate(lines) if _EXCEPTION.search(line)]
-    errors = exceptions or [i for i, line in enumerate(lines) if is_error_line(line)]
-    return errors[-1] if errors else None
+    """The Python exception if the tail has one; else a known failure's line; else the last
+    status line that is not a mere consequence (ABORTED, CANCELLED); else any error line."""
+    groups = (
+        [i for i, line in enumerate(lines) if _EXCEPTION.search(line)],
+        [i for i, line in enumerate(lines)
+         if is_error_line(line) and any(h.pattern.search(line) for h in HINTS)],
+        [i for i, line in enumerate(lines)
+         if is_error_line(line) and not _CONSEQUENCE.search(line)],
+        [i for i, line in enumerate(lines) if is_error_line(line)],
+    )
+    best = next((group for group in groups if group), [])
+    return best[-1] if best else None
 
 
 def _rank(lines: Sequence[str], i: int) -> int:
