@@ -235,7 +235,7 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
             tag = name[name.index(" "):] if " " in name else ""
             env = envs[tag]
             kind = name.split(" ")[0]
-            flags = {"up": ["--no-sync"], "up-all": ["--no-sync", "--all-at-once"]}.get(kind, [])
+            flags = {"up": ["--no-sync", "--ps-first"], "up-all": ["--no-sync"]}.get(kind, [])
             up = timed(tfctl_argv(inv, "up", *flags), env=env)
             s[name].add(up.check(name))
             run_id = run_id_of(up.stdout)

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""How long `tfctl up` takes to start a real TensorFlow job: ps first vs `--all-at-once`.
+"""How long a real TensorFlow job takes to start: `up --ps-first` vs all at once (the default).
 
     python benchmarks/tf_start.py                 # 1 lab host: 1 ps + 1 worker, 3 repetitions
-    python benchmarks/tf_start.py --hosts 2 --reps 5
+    python benchmarks/tf_start.py --hosts 3 --reps 3
+
+Two figures per start: until `up` returns (every task verified listening), and until the first
+training step (the first `step N` line of any worker's log) — what a user waits for.
 
 The bundled trainer (examples/train.py, style flags) on lab hosts (tests/lab, real sshd), synced
 once before the runs. Per repetition, interleaved (order alternating): `tfctl up --no-sync`
-(parameter servers first and until they listen, then the workers until they listen) and
-`tfctl up --no-sync --all-at-once` (every task in one launch, then each verified listening),
+with `--ps-first` (parameter servers first and until they listen, then the workers until they
+listen) and without (every task in one launch, then each verified listening),
 each followed by `tfctl down`. Importing TensorFlow takes a task seconds of one core, so with
 ps first a job starts in two imports one after the other; all at once, in one, where the cores
 are free: every lab host shares this machine's cores, so with more tasks than cores the imports
@@ -17,9 +20,11 @@ queue for CPU either way (1 host = 2 tasks on this 2-core machine).
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _common import ROOT, machine_line, median, ratio, tfctl_argv, timed
@@ -40,23 +45,47 @@ def main() -> int:
         job_dir.mkdir()
         for name in ("train.py", "evaluate.py", "digits.py"):
             shutil.copy(EXAMPLES / name, job_dir / name)
-        job = {"script": "train.py", "style": "flags", "args": ["--steps=100000"]}
+        job = {"script": "train.py", "style": "flags", "args": ["--steps=100000", "--log_every=1"]}
         inv = lab.write_inventory(job_dir / "cluster.yaml", job)
         timed(tfctl_argv(inv, "sync")).check("sync")
-        modes = {"ps first": ["--no-sync"], "all at once": ["--no-sync", "--all-at-once"]}
+        modes = {"ps first": ["--no-sync", "--ps-first"], "all at once": ["--no-sync"]}
         walls: dict[str, list[float]] = {m: [] for m in modes}
+        steps: dict[str, list[float]] = {m: [] for m in modes}
+        floor = timed([sys.executable, "-c", "import tensorflow"]).check("import").wall_s
         for rep in range(args.reps):
             order = list(modes) if rep % 2 == 0 else list(reversed(modes))
             for mode in order:
+                started = time.monotonic()
                 up = timed(tfctl_argv(inv, "up", *modes[mode])).check(f"up ({mode})")
                 walls[mode].append(up.wall_s)
+                run_id = re.search(r"run (\S+) is up", up.stdout)
+                assert run_id, up.stdout
+                steps[mode].append(first_step_s(lab, run_id.group(1), started))
                 timed(tfctl_argv(inv, "down", "--grace", "1")).check("down")
-            print(f"  rep {rep + 1}: " + ", ".join(f"{m} {walls[m][-1]:.2f} s" for m in modes),
-                  flush=True)
+            print(f"  rep {rep + 1}: " + ", ".join(
+                f"{m}: up {walls[m][-1]:.2f} s, first step {steps[m][-1]:.2f} s" for m in modes),
+                flush=True)
     first, together = median(walls["ps first"]), median(walls["all at once"])
-    print(f"real TensorFlow, {args.hosts} host(s) × (1 ps + 1 worker), medians of {args.reps}: "
-          f"up {first:.2f} s, up --all-at-once {together:.2f} s, ratio {ratio(together, first)}")
+    s_first, s_together = median(steps["ps first"]), median(steps["all at once"])
+    print(f"real TensorFlow, {args.hosts} host(s) × (1 ps + 1 worker), medians of {args.reps}; "
+          f"one `import tensorflow` on the idle machine (the floor): {floor:.2f} s")
+    print(f"  up returns:        ps first {first:.2f} s, all at once {together:.2f} s, "
+          f"ratio {ratio(together, first)}")
+    print(f"  first train step:  ps first {s_first:.2f} s, all at once {s_together:.2f} s, "
+          f"ratio {ratio(s_together, s_first)}")
     return 0
+
+
+def first_step_s(lab: Lab, run_id: str, started: float, timeout_s: float = 300) -> float:
+    """Seconds from `started` until a worker's log on any host shows its first step."""
+    logs = [host.workdir / ".tfctl" / "runs" / run_id for host in lab.hosts]
+    while time.monotonic() - started < timeout_s:
+        for folder in logs:
+            for log in folder.glob("worker-*.log"):
+                if re.search(r"^step \d+ ", log.read_text(errors="replace"), re.M):
+                    return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError(f"no training step within {timeout_s:g} s")
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def test_launch_order(lab, tmp_path: Path, down_after, all_at_once: bool) -> Non
     job = dict(FOREVER, args=["--forever", "--listen-delay", "2", "--delay-types", "ps"])
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"])
     down_after.append(inv)
-    proc = _up(inv, *(["--all-at-once"] if all_at_once else []))
+    proc = _up(inv, *([] if all_at_once else ["--ps-first"]))  # all at once: the default
     starts = [line for line in proc.stderr.splitlines() if line.startswith("tfctl: starting")]
     assert len(starts) == (1 if all_at_once else 2), proc.stderr
     run_dir = lab.host("h1").workdir / ".tfctl" / "runs" / run_id_from(proc.stdout)

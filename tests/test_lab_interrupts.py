@@ -183,7 +183,7 @@ def test_ctrl_c_while_ps_start_stops_them(idle_lab, tmp_path: Path) -> None:  # 
     job = {"script": "job.py", "style": "flags",
            "args": ["--forever", "--listen-delay=30", "--delay-types=ps"]}
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", job)
-    w = Watched(["-i", str(inv), "up"], inv.parent)
+    w = Watched(["-i", str(inv), "up", "--ps-first"], inv.parent)
     try:
         w.wait_for(lambda: started_tasks(run_id_said(w), "ps") == {"ps:0", "ps:1", "ps:2"},
                    "three ps processes")

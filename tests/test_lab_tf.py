@@ -46,9 +46,10 @@ def _run(lab, tmp_path: Path, job: dict, up_args: tuple[str, ...] = (), **kw  # 
         tfctl(inv, "down", "--grace", "1")
 
 
-# `up --all-at-once` starts the workers (and the chief) before the parameter servers listen:
+# `up` (all at once, the default) starts the workers (and the chief) before the parameter
+# servers listen:
 # TensorFlow's sessions and the coordinator wait for them, and the job runs the same.
-ORDERS = [pytest.param((), id="ps-first"), pytest.param(("--all-at-once",), id="all-at-once")]
+ORDERS = [pytest.param(("--ps-first",), id="ps-first"), pytest.param((), id="all-at-once")]
 
 
 @pytest.mark.parametrize("up_args", ORDERS)

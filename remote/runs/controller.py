@@ -62,7 +62,9 @@ class UpOptions:
     force_setup: bool = False
     force: bool = False
     """Launch even onto GPUs that other processes hold (otherwise `GpusBusy` is raised)."""
-    ps_first: bool = True
+    ps_first: bool = False
+    """Start the ps first (`up --ps-first`); by default every task at once: TensorFlow's
+    workers and chief wait for their parameter servers."""
     start_timeout_s: float = 180.0
 
 

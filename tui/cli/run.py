@@ -68,13 +68,15 @@ def sync(ctx: click.Context, delete: bool) -> None:
 @click.option("--setup", "force_setup", is_flag=True, help="Run job.setup on every host even "
               "where its inputs are unchanged.")
 @click.option("--force", is_flag=True, help="Launch even onto GPUs other processes use.")
-@click.option("--all-at-once", is_flag=True, help="Start every task at once rather than the "
-              "parameter servers first: workers and chief wait for them, and the job starts in "
-              "one TensorFlow import instead of two.")
+@click.option("--ps-first", is_flag=True, help="Start the parameter servers first and the "
+              "rest only once they listen (the order of the old tutorials); by default every "
+              "task starts at once, since TensorFlow's workers and chief wait for their ps.")
+@click.option("--all-at-once", is_flag=True, hidden=True,
+              help="The default now; kept so that scripts written for it still run.")
 @click.pass_context
 def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
-       force: bool, all_at_once: bool) -> None:
-    """Sync, run job.setup (cached), check the GPUs are free, start every task (ps first).
+       force: bool, ps_first: bool, all_at_once: bool) -> None:
+    """Sync, run job.setup (cached), check the GPUs are free, start every task at once.
 
     On any failure everything started is stopped again. GPUs in use by other processes are
     refused unless --force.
@@ -89,7 +91,7 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
     from tfctl.tui.cli.setup import CliUpHooks
 
     options = UpOptions(sync=not no_sync, force_setup=force_setup, force=force,
-                        ps_first=not all_at_once, start_timeout_s=start_timeout)
+                        ps_first=ps_first and not all_at_once, start_timeout_s=start_timeout)
     hooks = CliUpHooks()
     controller = _controller(ctx)
     with controller, _rollback_on_interrupt(controller, hooks) as guard:
