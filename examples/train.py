@@ -159,14 +159,36 @@ def run_mirrored(args: argparse.Namespace, style: str) -> int:
     return 0
 
 
+RUN_MARK = "tfctl-run-id"
+
+
 def resume(manager: tf.train.CheckpointManager, step: tf.Variable) -> int:
-    """Restore the latest checkpoint, if any; the first step number still to run."""
-    if manager.latest_checkpoint is None:
+    """Restore the latest checkpoint, if any; the first step number still to run.
+
+    Under tfctl a restarted task resumes its own run's checkpoints, never an older run's left
+    in the same folder (`TFCTL_RUN_ID`, kept beside them): a new run starts at step 1, as every
+    worker of it does. Outside tfctl any checkpoint found is resumed."""
+    run_id = os.environ.get("TFCTL_RUN_ID")
+    mark = os.path.join(manager.directory, RUN_MARK)
+    ours = run_id is None or _read(mark) == run_id
+    if run_id is not None:
+        os.makedirs(manager.directory, exist_ok=True)
+        with open(mark, "w") as out:
+            out.write(run_id)
+    if manager.latest_checkpoint is None or not ours:
         return 1
     manager.checkpoint.restore(manager.latest_checkpoint)
     done = int(step.numpy())
     print(f"resumed from {manager.latest_checkpoint} at global step {done}", flush=True)
     return done + 1
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as stream:
+            return stream.read().strip()
+    except OSError:
+        return None
 
 
 def run_parameter_server(args: argparse.Namespace) -> int:

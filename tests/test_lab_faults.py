@@ -128,8 +128,10 @@ def test_dead_chief_is_named_and_the_rest_is_stopped(  # type: ignore[no-untyped
     assert st["fatal"] == ("chief:0 on h2 failed (killed by SIGKILL): the job cannot continue "
                            "without its chief")
     assert st["job_ended"] and st["exit_code"] == 137
-    assert sorted(st["stopped"]) == ["ps:0", "worker:0", "worker:1"]
+    # Stopped by this status read, or already by the hosts' watchers (h2's saw its chief die).
+    assert set(st["stopped"]) <= {"ps:0", "worker:0", "worker:1"}
     assert processes_of_run(run_id) == {}
+    assert all(t["state"] in ("stopped", "killed", "exited") for t in status_json(inv)["tasks"])
     text = tfctl(inv, "status")
     assert "the job cannot continue without its chief" in text.stdout
     assert "chief:0 | chief:0 starting" in text.stdout  # its last lines

@@ -209,7 +209,10 @@ inputs = [0, sock]
 while sock in inputs:
     for ready in select.select(inputs, [], [])[0]:
         if ready == 0:
-            data = os.read(0, 65536)
+            try:
+                data = os.read(0, 65536)
+            except BlockingIOError:  # rsync may make the pipe non-blocking
+                continue
             if data:
                 sock.sendall(data)
             else:
@@ -221,7 +224,10 @@ while sock in inputs:
                 inputs.remove(sock)
             view = memoryview(data)
             while view:
-                view = view[os.write(1, view):]
+                try:
+                    view = view[os.write(1, view):]
+                except BlockingIOError:  # a pull fills rsync's pipe: wait until it drains
+                    select.select([], [1], [])
 """
 BRIDGE_STUB = 'import os;exec(os.environ["TFCTL_RSYNC_BRIDGE"])'
 
