@@ -14,7 +14,7 @@ program). Measured per method:
   client CPU  this process's CPU time (paramiko's threads or subprocess handling included);
   round trips commands started on the host (SSH exec requests, or local processes).
 The stand-in's start-up cost is a Python start (~tens of ms); a real nvidia-smi's is NVML
-initialisation (FIELD.md: tens to hundreds of ms), so on real GPU hosts the ratio differs in size,
+initialisation (tens to hundreds of ms), so on real GPU hosts the ratio differs in size,
 not in direction. One run, no repetition: printed with the machine and the date.
 """
 

@@ -18,8 +18,8 @@ Every style resumes: a restarted task restores the latest checkpoint of its trai
 on from its global step, which never goes back.
 
 No Keras: the model is two (kernel, bias) pairs in a ``tf.Module`` with hand-written SGD, because
-Keras 3 training breaks under both multi-worker strategies (FIELD.md §2). Every style writes the
-same checkpoint tensor keys (``model/<name>/.ATTRIBUTES/VARIABLE_VALUE`` and
+Keras 3 training breaks under both multi-worker strategies (docs/field-notes.md §2).
+Every style writes the same checkpoint tensor keys (``model/<name>/.ATTRIBUTES/VARIABLE_VALUE`` and
 ``step/.ATTRIBUTES/VARIABLE_VALUE``) as ``<train_dir>/ckpt/ckpt-<step>``, so evaluate.py reads
 them all the same way. ``--steps`` always counts optimizer updates (the global step).
 """

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (yamlmarks would import PyYAML, which a cached inventory's plan never needs)
-    from tfctl.inventory.plan import Plan, Task
+    from tfctl.inventory.tasks import Plan, Task
     from tfctl.inventory.yamlmarks import PathKey
 
 

@@ -1,8 +1,8 @@
 """The dashboard, built by `make_app` and driven by Pilot over the fakes (its pure view model is
 tested in tests/test_app_model.py).
 
-The fakes (tests/fakes/ui_sources.py) hold the DASHBOARD.md situation and record every call, so
-each test checks what the user sees *and* what the app asked of the controller.
+The fakes (tests/fakes/ui_sources.py) hold the situation of docs/dashboard.md and record
+every call, so each test checks what the user sees *and* what the app asked of the controller.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Snapshots of the dashboard in the DASHBOARD.md situation, at 160×48 and 80×24.
+"""Snapshots of the dashboard in the situation of docs/dashboard.md, at 160×48 and 80×24.
 
 Fixed data (tests/fakes/ui_sources.py), a fixed wall clock and TZ=UTC, so the pictures only change
 when the drawing does. Review a changed picture with `pytest --snapshot-update` and the report.

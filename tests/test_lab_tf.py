@@ -75,7 +75,8 @@ def test_tf_config_multi_worker_mirrored(lab, tmp_path: Path) -> None:  # type: 
 def test_tf_config_parameter_server_strategy_with_chief(lab, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                         up_args: tuple[str, ...]) -> None:
     # ParameterServerStrategy checkpoints need one directory shared by the chief and every ps
-    # (FIELD.md §2): the lab hosts share this machine's filesystem, so an absolute path is it.
+    # (docs/field-notes.md §2): the lab hosts share this machine's filesystem, so an absolute
+    # path is it.
     shared = tmp_path / "shared-out"
     job = {"script": "train.py", "style": "tf_config", "chief": True,
            "args": [f"--train_dir={shared}", "--steps=30", "--log_every=10"]}

@@ -1,7 +1,7 @@
 """A local port forwarded to a port on a host's loopback: `ssh -L 6006:localhost:6006`, kept up.
 
 TensorBoard has no authentication, so it listens on the host's 127.0.0.1 only and is reached
-through SSH (FIELD.md §1). A `Tunnel` listens on this machine's 127.0.0.1 (never another
+through SSH (docs/field-notes.md §1). A `Tunnel` listens on this machine's 127.0.0.1 (never another
 address), the requested port or the next free one (`port_note` says which), and forwards each
 accepted connection as a `direct-tcpip` channel over the host's SSH connection — the inventory's
 settings through `SshTransport`, so host keys are verified and a jump host is honoured. For a

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 # Each wanted property: the GpuSample attribute it fills and its spellings, preferred first.
-# FIELD.md §4 plus the throttle mask, renamed `clocks_event_reasons` by newer drivers (which still
-# accept the old name as an alias; old drivers know only the old one).
+# docs/field-notes.md §4 plus the throttle mask, renamed `clocks_event_reasons` by newer
+# drivers (which still accept the old name as an alias; old drivers know only the old one).
 _GPU_PROPERTIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("timestamp", ("timestamp",)),
     ("index", ("index",)),

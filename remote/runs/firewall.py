@@ -1,11 +1,11 @@
 """Firewall rules for TensorFlow's task ports that admit only the inventory's hosts.
 
 TensorFlow's gRPC servers (ps, worker, chief) listen on every interface whatever address the
-cluster spec names, and accept anyone, unauthenticated (FIELD.md §2): on a shared lab network
-any machine can connect to a job's parameter servers. tfctl cannot change that, but it knows
-exactly which ports each host serves and which hosts are its peers, so it can write the rules
-that admit those peers (and loopback) to those ports and refuse everyone else, for nftables and
-for iptables/ip6tables. TensorBoard binds 127.0.0.1 only and needs no rule; the evaluator serves
+cluster spec names, and accept anyone, unauthenticated (docs/field-notes.md §2): on a shared
+lab network any machine can connect to a job's parameter servers. tfctl cannot change that, but it
+knows exactly which ports each host serves and which hosts are its peers, so it can write the rules
+that admit those peers (and loopback) to those ports and refuse everyone else, for nftables and for
+iptables/ip6tables. TensorBoard binds 127.0.0.1 only and needs no rule; the evaluator serves
 nothing.
 
 Pure: from a `Plan` to text. Nothing is contacted and nothing is applied — the lab's owner

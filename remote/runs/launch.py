@@ -1,10 +1,10 @@
 """`tfctl up`'s launch: ports checked, run dirs prepared, tasks started in order, or rolled back.
 
-Order follows FIELD.md §2: parameter servers first, and only once their ports listen the workers,
-chief, evaluator and TensorBoard. A port already held by an old server would let a new chief
-"succeed" against it, so every task port is checked free before anything starts. If any task
-cannot start, everything this run started is stopped again and the cause is reported with the
-task's last log lines; nothing half-started is left behind.
+Order (with `--ps-first`) follows docs/field-notes.md §1: parameter servers first, and only
+once their ports listen the workers, chief, evaluator and TensorBoard. A port already held by an
+old server would let a new chief "succeed" against it, so every task port is checked free before
+anything starts. If any task cannot start, everything this run started is stopped again and the
+cause is reported with the task's last log lines; nothing half-started is left behind.
 
 Ctrl-C (KeyboardInterrupt) is handled the same way: the start phases run in a helper thread and
 wait for ports in short rounds (`WAIT_ROUND_S`), so an interrupt is acted on within one round,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tfctl.inventory.plan import Task
 from tfctl.remote.connect import agentops
@@ -22,7 +22,25 @@ from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.status import TaskStatus
 
 if TYPE_CHECKING:
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.inventory.model import Inventory
+    from tfctl.inventory.plan import Plan
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.runs.current import CurrentRun
+
+
+class RunController(Protocol):
+    """What of `RunController` this module uses (a Protocol: importing the controller here would
+    make a cycle, as the controller calls this module)."""
+
+    fleet: Fleet
+    inventory: Inventory
+
+    @property
+    def plan(self) -> Plan: ...
+
+    def current(self, refresh: bool = False) -> CurrentRun | None: ...
+
+    def host_status(self, host: str) -> tuple[TaskStatus, ...]: ...
 
 TASK = "tensorboard:0"
 START_TIMEOUT_S = 90.0

@@ -1,4 +1,4 @@
-"""Fakes of the dashboard's sources, holding the DASHBOARD.md situation with fixed data.
+"""Fakes of the dashboard's sources, holding the situation of docs/dashboard.md with fixed data.
 
 titan has 4 TITAN X (GPU 2 idle: worker:2 exited 1 out of memory, restart limit reached),
 gtx970 one GTX 970 with no power sensor (power None, shown "n/a") and the slow worker:4,

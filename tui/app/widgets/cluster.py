@@ -1,10 +1,10 @@
 """The cluster view: a line per host and a line per GPU, drawn with Textual's line API.
 
 Why the line API and not a widget per GPU: at 16 hosts × 8 GPUs a Static or Sparkline per row
-costs tens of milliseconds per refresh (FIELD.md §5). Here each screen line is a cached Strip;
-`show()` compares the new lines with the old and repaints only the ones that changed and only
-where they are visible. In compact mode (narrow terminals) each host is one line naming its
-worst GPU, and the focused host still unfolds.
+costs tens of milliseconds per refresh (docs/field-notes.md §5). Here each screen line is a
+cached Strip; `show()` compares the new lines with the old and repaints only the ones that changed
+and only where they are visible. In compact mode (narrow terminals) each host is one line naming
+its worst GPU, and the focused host still unfolds.
 """
 
 from __future__ import annotations

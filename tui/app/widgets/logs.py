@@ -1,5 +1,5 @@
-"""The log pane: Textual's `Log` (about 7,000 lines per CPU-second, FIELD.md §5) fed in batches,
-with a filter box that opens on `/`."""
+"""The log pane: Textual's `Log` (about 7,000 lines per CPU-second, docs/field-notes.md §5)
+fed in batches, with a filter box that opens on `/`."""
 
 from __future__ import annotations
 

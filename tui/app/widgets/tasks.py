@@ -3,7 +3,7 @@
 Why not DataTable: any `update_cell` makes a DataTable re-render every visible cell through
 Rich (measured here: about half of the dashboard's CPU at 16 hosts, because uptimes change on
 every poll). Here a poll re-renders only the rows whose text changed, each as one `Text`, and
-column widths are fixed (FIELD.md §5: never re-measure widths in a refresh loop).
+column widths are fixed (docs/field-notes.md §5: never re-measure widths in a refresh loop).
 """
 
 from __future__ import annotations

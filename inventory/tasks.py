@@ -1,0 +1,101 @@
+"""The plan as data: each task of the job exactly as it will run, and the plan that holds them.
+
+Pure records (no logic beyond lookups and JSON), apart from `plan.py`, which builds them, so that
+`rules.py` can judge a plan without importing the module that calls it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfctl.inventory.model import Inventory
+
+TaskType = str  # "ps" | "worker" | "chief" | "evaluator" | "tensorboard"
+
+# Types that belong to the TensorFlow cluster spec (the evaluator and TensorBoard never do).
+CLUSTER_TYPES = ("chief", "worker", "ps")
+# Launch order: servers first, then those that connect to them.
+LAUNCH_ORDER = ("ps", "worker", "chief", "evaluator", "tensorboard")
+
+# PCI_BUS_ID: masks are nvidia-smi indices (PCI order); CUDA's default is fastest-first, which on
+# a mixed box (TITAN X + GTX 970) would put a task on another GPU than its mask names.
+BASE_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "PYTHONUNBUFFERED": "1",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One process of the job, exactly as it will be started on its host."""
+
+    type: TaskType
+    index: int
+    host: str
+    address: str
+    port: int | None
+    """The port it serves on (TF gRPC or TensorBoard HTTP); None when it opens none: the
+    evaluator, mirrored workers, and types given `ports.<type>: none` (strategy custom)."""
+    cuda_visible_devices: str
+    """The device mask: "" for CPU-only tasks (ps, evaluator, TensorBoard, CPU hosts)."""
+    env: Mapping[str, str]
+    """The full environment tfctl sets (mask and TF_CONFIG included), on top of the login env."""
+    cwd: str
+    argv: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @property
+    def command(self) -> str:
+        """argv as one shell-quoted line, for display and copy-paste."""
+        return shlex.join(self.argv)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "index": self.index,
+            "host": self.host,
+            "address": self.address,
+            "port": self.port,
+            "cuda_visible_devices": self.cuda_visible_devices,
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "argv": list(self.argv),
+            "command": self.command,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    inventory: Inventory
+    tasks: tuple[Task, ...]
+    cluster: Mapping[str, list[str]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def task(self, name: str) -> Task:
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)
+
+    def on_host(self, host: str) -> tuple[Task, ...]:
+        return tuple(t for t in self.tasks if t.host == host)
+
+    @property
+    def hosts_used(self) -> tuple[str, ...]:
+        seen = {t.host for t in self.tasks}
+        return tuple(h.name for h in self.inventory.hosts if h.name in seen)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.inventory.name,
+            "strategy": self.inventory.job.strategy,
+            "style": self.inventory.job.style,
+            "cluster": {k: list(v) for k, v in self.cluster.items()},
+            "tasks": [t.to_json() for t in self.tasks],
+            "warnings": list(self.warnings),
+        }

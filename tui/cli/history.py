@@ -1,0 +1,124 @@
+"""The commands about runs after the fact: `runs` (what the hosts remember), `collect` (a run's
+outputs and logs home) and `report` (what a run recorded, drawn)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from tfctl.tui.cli.context import EXIT_FAILED, obj
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def runs(ctx: click.Context, as_json: bool) -> None:
+    """Every run the hosts remember: id, start, duration, how it ended, tasks, hosts, outputs.
+
+    \b
+    Example:
+      tfctl runs
+      tfctl runs --json | jq '.runs[0].ended'
+    """
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.history.listing import list_runs
+
+    c = obj(ctx)
+    inv = c.load()
+    with Fleet(inv, c.ssh_options()) as fleet:
+        found, unreachable = list_runs(fleet)
+    if as_json:
+        click.echo(json.dumps({"runs": [r.to_json() for r in found],
+                               "unreachable": unreachable}, indent=2))
+        return
+    if not found:
+        click.echo("no runs on the hosts yet: start one with `tfctl up`")
+    for run in found:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started_at or 0))
+        took = "running" if run.live else (
+            f"{run.duration_s:.0f} s" if run.duration_s is not None else "?")
+        click.echo(f"{run.run_id}  {started}  {took:>9}  {run.ended or 'running'}")
+        click.echo(f"    {len(run.tasks)} tasks on {', '.join(run.hosts)} · outputs "
+                   f"{', '.join(run.outputs) or '–'}")
+    for host, why in unreachable.items():
+        click.secho(f"  ✖ {host}: {why} (its runs are not listed)", fg="red", err=True)
+
+
+@click.command()
+@click.option("--run", "run_id", metavar="ID", help="Which run (default: the current one).")
+@click.pass_context
+def collect(ctx: click.Context, run_id: str | None) -> None:
+    """Copy each host's job outputs and run logs into runs/<run-id>/<host>/ (rsync).
+
+    The outputs are `job.outputs` (default: the TensorBoard logdir, else `out`); the logs are
+    the run's folder on the host. A second collect moves only what changed.
+
+    \b
+    Example:
+      tfctl collect
+      tfctl collect --run 20261123-221410-90d6 && ls runs/
+    """
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.history.collect import collect as collect_run
+    from tfctl.remote.runs.current import current_run
+
+    c = obj(ctx)
+    inv = c.load()
+    with Fleet(inv, c.ssh_options()) as fleet:
+        if run_id is None:
+            run = current_run(inv, fleet)
+            if run is None:
+                click.echo("no run found: start one with `tfctl up`", err=True)
+                sys.exit(EXIT_FAILED)
+            run_id, hosts = run.run_id, list(run.hosts)
+        else:
+            hosts = [h.name for h in inv.hosts]
+        result = collect_run(fleet, run_id, hosts)
+    for host, got in sorted(result.succeeded.items()):
+        click.echo(f"{host}: {got.files_transferred} files → {got.dest}")
+    for exc in result.failed.values():
+        click.secho(f"  ✖ {exc.full() if hasattr(exc, 'full') else exc}", fg="red", err=True)
+    if result.failed:
+        sys.exit(EXIT_FAILED)
+
+
+@click.command()
+@click.option("--run", "run_id", metavar="ID", help="Which run (default: the current one).")
+@click.option("-o", "--out", "out_dir", metavar="DIR",
+              help="Where the page and PNGs go (default: runs/<run-id>/report/).")
+@click.pass_context
+def report(ctx: click.Context, run_id: str | None, out_dir: str | None) -> None:
+    """A run's GPUs, speed, tasks and findings: report.html (self-contained) and PNGs.
+
+    Works for a run still going, too. The run's records come home with rsync first
+    (runs/<run-id>/<host>/tfctl-run/).
+
+    \b
+    Example:
+      tfctl report && xdg-open runs/*/report/report.html
+      tfctl report --run 20261123-221410-90d6 -o /tmp/last-night
+    """
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.runs.current import current_run
+    from tfctl.tui.report.build import build_report
+
+    c = obj(ctx)
+    inv = c.load()
+    with Fleet(inv, c.ssh_options()) as fleet:
+        hosts = [h.name for h in inv.hosts]
+        if run_id is None:
+            run = current_run(inv, fleet)
+            if run is None:
+                click.echo("no run found: start one with `tfctl up`", err=True)
+                sys.exit(EXIT_FAILED)
+            run_id, hosts = run.run_id, list(run.hosts)
+        built = build_report(fleet, run_id, hosts, out_dir)
+    for host, why in built.missing_hosts.items():
+        click.secho(f"  ✖ {host}: {why} (the report leaves it out)", fg="yellow", err=True)
+    for finding in built.findings:
+        click.echo(f"{'✖' if finding.level == 'fail' else '⚠'} {finding.text}")
+    click.echo(f"report: {built.written.page} ({len(built.written.pngs)} figures as PNG "
+               "beside it)")
