@@ -27,6 +27,9 @@ def test_check_passes_on_three_hosts(inventory: Path) -> None:
     for name in ("h1", "h2", "h3"):
         assert f"{name}: ok" in proc.stdout
         assert f"{name}: TensorFlow 2." in proc.stdout
+        # TensorFlow's own answer, asked on the host (a child process importing it)
+        assert f"{name}: TensorFlow 2." in proc.stdout and "(tensorflow-cpu) sees 0 GPU(s)" in \
+            proc.stdout
     assert "reaches 4 task ports on its peers" in proc.stdout  # 2 peers × (ps + worker)
     assert "all 3 hosts ready" in proc.stdout
 

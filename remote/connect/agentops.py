@@ -21,10 +21,12 @@ Raw = Mapping[str, Any]
 
 # ---------------------------------------------------------------- preflight
 
-def probe(t: Transport, workdir: str) -> dict[str, Any]:
+def probe(t: Transport, workdir: str, ask_tf: bool = False) -> dict[str, Any]:
     """What the host has (python, TensorFlow, nvidia-smi, disk, the workdir) (op `probe`); the
-    answer is read item by item by `runs.check`."""
-    answer: dict[str, Any] = agentclient.call(t, "probe", {"workdir": workdir})
+    answer is read item by item by `runs.check`. `ask_tf`: also what TensorFlow says of itself
+    (version, package, the GPUs it sees), asked once per interpreter and cached on the host."""
+    answer: dict[str, Any] = agentclient.call(t, "probe", {"workdir": workdir, "ask_tf": ask_tf},
+                                              timeout_s=240.0 if ask_tf else 60.0)
     return answer
 
 

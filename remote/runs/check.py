@@ -52,6 +52,9 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     for name, (probe, gpu_indices) in probes.succeeded.items():
         reports[name].probe = probe
         _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus)
+        for level, text in judge_tensorflow(probe.get("tensorflow"), inv.host(name).gpus,
+                                            inv.job.keras):
+            reports[name].add(level, text)
     reachable = [n for n in probes.succeeded]
     busy = _check_ports(fleet, plan, reachable, reports)
     _check_gpus_free(fleet, plan, reachable, reports)
@@ -60,7 +63,7 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
 
 
 def _probe(t: Transport, plan: Plan) -> tuple[dict[str, Any], list[int] | None]:
-    probe = agentops.probe(t, t.host.workdir)
+    probe = agentops.probe(t, t.host.workdir, ask_tf=True)
     gpus: list[int] | None = None
     if probe.get("nvidia_smi"):
         res = t.run("nvidia-smi --query-gpu=index --format=csv,noheader", timeout_s=20)
@@ -174,3 +177,27 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
     # The listeners would exit by themselves after LISTEN_SECONDS; free the ports now.
     pids = {h: int(listening.succeeded[h].get("pid") or 0) for h in up}
     fleet.map(lambda t: t.run(f"kill {pids[t.host.name]}"), [h for h in up if pids[h]])
+
+
+def judge_tensorflow(tf: Mapping[str, Any] | None, wanted: tuple[int, ...],
+                     keras: str) -> list[tuple[Level, str]]:
+    """What TensorFlow itself said on the host (`agent/tfprobe.py`), against the inventory."""
+    if tf is None:
+        return []
+    if not tf.get("importable"):
+        return [("fail", f"`import tensorflow` fails there: {tf.get('error')}")]
+    gpus = list(tf.get("gpus") or [])
+    found: list[tuple[Level, str]] = [("ok", f"TensorFlow {tf.get('version')} "
+                                             f"({tf.get('distribution')}) sees {len(gpus)} GPU(s)")]
+    if wanted and tf.get("distribution") == "tensorflow-cpu":
+        found.append(("fail", f"tensorflow-cpu cannot use the {len(wanted)} GPU(s) the inventory "
+                              "selects: install `tensorflow[and-cuda]` there instead"))
+    elif wanted and len(gpus) < len(wanted):
+        found.append(("fail", f"TensorFlow sees {len(gpus)} GPU(s) but the inventory selects "
+                              f"{len(wanted)} (built with CUDA: "
+                              f"{'yes' if tf.get('built_with_cuda') else 'no'}): check the "
+                              "driver and CUDA libraries TensorFlow needs"))
+    if keras == "legacy" and not tf.get("tf_keras"):
+        found.append(("fail", "`job.keras: legacy` needs the tf_keras package: "
+                              "`pip install --no-deps tf-keras` there"))
+    return found
