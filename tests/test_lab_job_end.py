@@ -63,6 +63,12 @@ def test_hosts_end_the_job_by_themselves(lab, tmp_path: Path, down_after) -> Non
     assert run["ended"] == "exit 0: worker:0 ended" and not run["live"]
     assert run["hosts"] == ["h1", "h2", "h3"] and "worker:0" in run["tasks"]
     assert run["duration_s"] is not None and run["duration_s"] >= 0
+    # ...and can be looked at again by its id, whatever run is current.
+    st = json.loads(tfctl(inv, "status", "--run", run_id, "--json").stdout)
+    assert st["run_id"] == run_id and {t["state"] for t in st["tasks"]} <= {"exited", "stopped"}
+    assert "worker:0 | worker:0 done" in tfctl(inv, "logs", "--run", run_id).stdout
+    unknown = tfctl(inv, "status", "--run", "no-such-run")
+    assert unknown.returncode == 1 and "no host remembers run no-such-run" in unknown.stderr
 
 
 def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path,  # type: ignore[no-untyped-def]

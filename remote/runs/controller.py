@@ -131,9 +131,18 @@ class RunController:
 
     # -- which run ------------------------------------------------------------------------
     def current(self, refresh: bool = False) -> CurrentRun | None:
-        if self._run is None or refresh:
+        if self._run is None or (refresh and self._run.source != "--run"):
             self._run = current_run(self.inventory, self.fleet)
         return self._run
+
+    def select_run(self, run_id: str) -> None:
+        """Act on run `run_id` (`--run ID`) rather than the current one, on the hosts that hold
+        a part of it; RemoteError when none does."""
+        hosts = next((r.hosts for r in self.runs() if r.run_id == run_id), None)
+        if not hosts:
+            raise RemoteError("(fleet)", f"no host remembers run {run_id}: `tfctl runs` lists "
+                                         "the runs they do")
+        self._run = CurrentRun(run_id, "--run", tuple(hosts))
 
     @property
     def run_id(self) -> str | None:

@@ -19,8 +19,10 @@ COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
 @click.option("-n", "--lines", "n_lines", type=int, default=20, show_default=True,
               help="Lines of each log to start from.")
+@click.option("--run", "run_id", metavar="ID", help="Another run than the current one.")
 @click.pass_context
-def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int) -> None:
+def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
+         run_id: str | None) -> None:
     """Print the run's task logs, merged and prefixed by task (`worker:1 | ...`).
 
     \b
@@ -28,11 +30,14 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int)
       tfctl logs                 # last 20 lines of every task
       tfctl logs worker:0 ps:0 -n 100
       tfctl logs -f              # follow all tasks until Ctrl-C
+      tfctl logs --run 20261123-221410-90d6 worker:0
     """
     from tfctl.remote.runs.controller import RunController
 
     c = obj(ctx)
     with RunController(c.load(), c.ssh_options()) as controller:
+        if run_id:
+            controller.select_run(run_id)
         follower = controller.log_follower(set(tasks) or None)
         if follower is None:
             click.echo("no run yet: start one with `tfctl up`")

@@ -200,9 +200,11 @@ def _wait(controller: RunController, timeout: float | None = None) -> int:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--run", "run_id", metavar="ID", help="Another run than the current one "
+              "(`tfctl runs` lists them).")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Every task of the current run, read live from the hosts.
+def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
+    """Every task of the current run (or `--run ID`), read live from the hosts.
 
     \b
     Example:
@@ -213,6 +215,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from tfctl.remote.runs.status import describe_fatal
 
     with _controller(ctx) as controller:
+        if run_id:
+            controller.select_run(run_id)
         report = controller.status_report(tail=STATUS_TAIL_LINES)
     if report is None:
         click.echo("no run yet: start one with `tfctl up`")
