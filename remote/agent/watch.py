@@ -13,8 +13,8 @@ backoff plus TensorFlow's start) after the watcher saw it accept one, or after `
 task of the run had started (`up.json`, written by the status read that ends `up`; a job may end
 before the watcher's first look), or once `up` would have given up waiting for it.
 
-When the job has ended the watcher stops this host's serving tasks (parameter servers, the
-evaluator, and the workers of a ParameterServer job, which only serve), gives the other workers
+When the job has ended the watcher stops this host's serving tasks (parameter servers, and the
+workers of a ParameterServer job, which only serve), gives the other workers and the evaluator
 `WORKER_GRACE_S` to finish on their own, stops TensorBoard after its grace unless it is kept,
 records why in `finished.json` (unless the client already did), and exits once nothing of the
 run is left on the host. It also exits when every task of the host has ended otherwise
@@ -198,7 +198,7 @@ def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
     tasks = [t for t in manifest.get("tasks", [])
              if os.path.exists(task_file(run_dir, t["name"], ".pid.json"))]
     rule = manifest["end"]
-    serving = set(rule.get("serving", ["ps", "evaluator"]))
+    serving = set(rule.get("serving", ["ps"]))
     names = [t["name"] for t in tasks]
     path = os.path.join(run_dir, "finished.json")
     if not os.path.exists(path):
@@ -206,7 +206,7 @@ def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
                                      "by": f"watcher on {manifest.get('host')}"},
                           "finished_at": now()})
     _stop_where(run_dir, run_id, [t["name"] for t in tasks if t["type"] in serving])
-    workers = [t["name"] for t in tasks if t["type"] in ("worker", "chief")
+    workers = [t["name"] for t in tasks if t["type"] in ("worker", "chief", "evaluator")
                and t["type"] not in serving]
     _wait_for(run_dir, workers, WORKER_GRACE_S)
     _stop_where(run_dir, run_id, workers)

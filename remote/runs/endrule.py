@@ -9,9 +9,9 @@ when a client looks. TensorFlow's own rules decide it (docs/strategy-rules.md):
 - the flags style: worker 0 is the chief in practice (it initialises and saves);
 - otherwise (MultiWorkerMirrored without a chief, mirrored, custom): every worker has ended.
 
-What serves and never ends by itself is stopped at the end: parameter servers, the evaluator,
-and the workers of a job with parameter servers and a chief (ParameterServerStrategy's workers
-only run `server.join()`).
+What serves and never ends by itself is stopped at the end: parameter servers, and the workers
+of a job with parameter servers and a chief (ParameterServerStrategy's workers only run
+`server.join()`); the other workers and the evaluator get a grace to end by themselves.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def closed_for_good_s(plan: Plan, task: Task) -> float:
 
 
 def serving_types(plan: Plan) -> list[str]:
-    types = ["ps", "evaluator"]
+    """Stopped at once at the end. The evaluator is not: like a worker it gets a grace to
+    finish its last evaluation (it sees the final checkpoint and ends by itself)."""
+    types = ["ps"]
     if any(t.type == "chief" for t in plan.tasks) and any(t.type == "ps" for t in plan.tasks):
         types.append("worker")
     return types
