@@ -160,9 +160,14 @@ def run_mirrored(args: argparse.Namespace, style: str) -> int:
 
 
 RUN_MARK = "tfctl-run-id"
+# Checkpoint reads and writes on this process's own CPU, not on the devices holding the
+# variables (a ParameterServer job's ps hosts): the whole checkpoint lands on the chief's disk.
+CHIEF_IO = tf.train.CheckpointOptions(
+    experimental_io_device="/job:chief/replica:0/task:0/device:CPU:0")
 
 
-def resume(manager: tf.train.CheckpointManager, step: tf.Variable) -> int:
+def resume(manager: tf.train.CheckpointManager, step: tf.Variable,
+           options: tf.train.CheckpointOptions | None = None) -> int:
     """Restore the latest checkpoint, if any; the first step number still to run.
 
     Under tfctl a restarted task resumes its own run's checkpoints, never an older run's left
@@ -177,7 +182,7 @@ def resume(manager: tf.train.CheckpointManager, step: tf.Variable) -> int:
             out.write(run_id)
     if manager.latest_checkpoint is None or not ours:
         return 1
-    manager.checkpoint.restore(manager.latest_checkpoint)
+    manager.checkpoint.restore(manager.latest_checkpoint, options=options)
     done = int(step.numpy())
     print(f"resumed from {manager.latest_checkpoint} at global step {done}", flush=True)
     return done + 1
@@ -206,7 +211,8 @@ def run_parameter_server(args: argparse.Namespace) -> int:
     if resolver.task_type != "chief":
         print(f"error: task type {resolver.task_type!r} has no role in a ps job", file=sys.stderr)
         return 2
-    # The ps tasks write checkpoint shards themselves: the path must be absolute and shared.
+    # By default every ps writes its own shard of a checkpoint on its own host; all IO on the
+    # chief's CPU (CHIEF_IO) writes it whole on the chief's disk: no shared filesystem needed.
     train_dir = os.path.abspath(args.train_dir)
     prepare_result_dir(train_dir)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
@@ -223,7 +229,7 @@ def run_parameter_server(args: argparse.Namespace) -> int:
     manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=model, step=step), os.path.join(train_dir, CHECKPOINT_SUBDIR),
         max_to_keep=5, checkpoint_name=CHECKPOINT_NAME)
-    first = resume(manager, step)
+    first = resume(manager, step, CHIEF_IO)
     writer = tf.summary.create_file_writer(os.path.join(train_dir, "train"))
     print(f"ps_strategy chief:0 training {args.steps} steps", flush=True)
     started, window, pending, path = time.monotonic(), Window(), [], manager.latest_checkpoint
@@ -237,7 +243,7 @@ def run_parameter_server(args: argparse.Namespace) -> int:
             write_scalars(writer, number, window.close(number))
         if due(number, args.checkpoint_every, args.steps):
             coordinator.join()
-            path = manager.save(checkpoint_number=number)
+            path = manager.save(checkpoint_number=number, options=CHIEF_IO)
     finish(train_dir, "ps_strategy", args.steps, window.last, time.monotonic() - started, path)
     return 0
 

@@ -175,9 +175,10 @@ def ps_checkpoints_need_shared_fs(plan: Plan) -> list[str]:
             "written by every ps on its own host and merged on one, so a host-local checkpoint "
             f"dir (job.outputs: {outputs}) fails at the first save with `…_temp; No such file "
             "or directory`. Either put it on a filesystem all of them see, as one absolute path "
-            f"(mark those hosts `shared_fs: true`), or save unsharded from the "
-            f"{'chief' if job.chief else 'worker 0'} (`Saver(sharded=False)` on its device, "
-            "as the bundled examples/train.py does)."]
+            f"(mark those hosts `shared_fs: true`), or have the "
+            f"{'chief' if job.chief else 'worker 0'} write it itself (TF1: "
+            "`Saver(sharded=False)` on its device; TF2: `tf.train.CheckpointOptions("
+            "experimental_io_device=<its CPU>)`), as the bundled examples/train.py does."]
 
 
 def _legacy_warnings(plan: Plan) -> tuple[str, ...]:

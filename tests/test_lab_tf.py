@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.labtools import environ_of, processes_of_run, run_id_from, tfctl
+from tests.test_trainer import assert_whole_checkpoint_here
 
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
 
@@ -74,12 +75,13 @@ def test_tf_config_multi_worker_mirrored(lab, tmp_path: Path) -> None:  # type: 
 @pytest.mark.parametrize("up_args", ORDERS)
 def test_tf_config_parameter_server_strategy_with_chief(lab, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                         up_args: tuple[str, ...]) -> None:
-    # ParameterServerStrategy checkpoints need one directory shared by the chief and every ps
-    # (docs/field-notes.md §2): the lab hosts share this machine's filesystem, so an absolute
-    # path is it.
-    shared = tmp_path / "shared-out"
-    job = {"script": "train.py", "style": "tf_config", "chief": True,
-           "args": [f"--train_dir={shared}", "--steps=30", "--log_every=10"]}
-    _, _, logs = _run(lab, tmp_path, job, up_args, hosts=["h1", "h2"])
+    # TF's default would write one checkpoint shard on each ps host; the bundled trainer has the
+    # chief read and write it whole (experimental_io_device), so a train dir relative to each
+    # host's own workdir works: no filesystem shared between the hosts.
+    train_dir = f"out/ps-{len(up_args)}"
+    job = {"script": "train.py", "strategy": "parameter_server", "chief": True,
+           "args": [f"--train_dir={train_dir}", "--steps=30", "--log_every=10"]}
+    _, _, logs = _run(lab, tmp_path, job, up_args, hosts=["h1", "h2"])  # ps on h1 and h2
     assert "chief:0 | RESULT" in logs and '"style": "ps_strategy"' in logs
-    assert list((shared / "ckpt").glob("ckpt-*.index"))
+    # Every shard of the last checkpoint is on the chief's host (h1), none was lost on h2.
+    assert_whole_checkpoint_here(lab.host("h1").workdir / train_dir / "ckpt", 30)

@@ -180,7 +180,7 @@ def test_sharded_checkpoint_warning_names_both_ways_out(hosts: str, job: str,
     found = [w for w in warnings_of(hosts, job) if "sharded" in w]
     assert bool(found) is warned
     if found:
-        assert "shared_fs: true" in found[0] and "unsharded from the worker 0" in found[0]
+        assert "shared_fs: true" in found[0] and "have the worker 0 write it itself" in found[0]
 
 
 def test_outputs_default_to_the_tensorboard_logdir_and_stay_in_the_workdir() -> None:
