@@ -140,6 +140,8 @@ def _unknown_key_hint(loc: PathKey, err: Mapping[str, Any]) -> str:
     parent = next((p for p in reversed(loc[:-1]) if isinstance(p, str)), "")
     model_cls = _MODELS.get(parent, schema.FileSpec)
     known = sorted(model_cls.model_fields)
+    if not loc:  # a key pydantic could not place (`list[` reads as a type): no guess to offer
+        return f"remove it; allowed here: {', '.join(known)}"
     close = difflib.get_close_matches(str(loc[-1]), known, n=1)
     if close:
         return f"did you mean `{close[0]}`? (allowed here: {', '.join(known)})"

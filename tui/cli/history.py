@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from tfctl.tui.cli.context import EXIT_FAILED, obj
+
+if TYPE_CHECKING:
+    from tfctl.remote.runs.controller import RunController
 
 
 @click.command()
@@ -61,22 +65,11 @@ def collect(ctx: click.Context, run_id: str | None) -> None:
       tfctl collect
       tfctl collect --run 20261123-221410-90d6 && ls runs/
     """
-    from tfctl.remote.connect.fleet import Fleet
     from tfctl.remote.history.collect import collect as collect_run
-    from tfctl.remote.runs.current import current_run
 
-    c = obj(ctx)
-    inv = c.load()
-    with Fleet(inv, c.ssh_options()) as fleet:
-        if run_id is None:
-            run = current_run(inv, fleet)
-            if run is None:
-                click.echo("no run found: start one with `tfctl up`", err=True)
-                sys.exit(EXIT_FAILED)
-            run_id, hosts = run.run_id, list(run.hosts)
-        else:
-            hosts = [h.name for h in inv.hosts]
-        result = collect_run(fleet, run_id, hosts)
+    with _controller(ctx) as controller:
+        run_id, hosts = _run_and_hosts(controller, run_id)
+        result = collect_run(controller.fleet, run_id, hosts)
     for host, got in sorted(result.succeeded.items()):
         click.echo(f"{host}: {got.files_transferred} files → {got.dest}")
     for exc in result.failed.values():
@@ -101,24 +94,32 @@ def report(ctx: click.Context, run_id: str | None, out_dir: str | None) -> None:
       tfctl report && xdg-open runs/*/report/report.html
       tfctl report --run 20261123-221410-90d6 -o /tmp/last-night
     """
-    from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.runs.current import current_run
     from tfctl.tui.report.build import build_report
 
-    c = obj(ctx)
-    inv = c.load()
-    with Fleet(inv, c.ssh_options()) as fleet:
-        hosts = [h.name for h in inv.hosts]
-        if run_id is None:
-            run = current_run(inv, fleet)
-            if run is None:
-                click.echo("no run found: start one with `tfctl up`", err=True)
-                sys.exit(EXIT_FAILED)
-            run_id, hosts = run.run_id, list(run.hosts)
-        built = build_report(fleet, run_id, hosts, out_dir)
+    with _controller(ctx) as controller:
+        run_id, hosts = _run_and_hosts(controller, run_id)
+        built = build_report(controller.fleet, run_id, hosts, out_dir)
     for host, why in built.missing_hosts.items():
         click.secho(f"  ✖ {host}: {why} (the report leaves it out)", fg="yellow", err=True)
     for finding in built.findings:
         click.echo(f"{'✖' if finding.level == 'fail' else '⚠'} {finding.text}")
     click.echo(f"report: {built.written.page} ({len(built.written.pngs)} figures as PNG "
                "beside it)")
+
+
+def _controller(ctx: click.Context) -> RunController:
+    from tfctl.remote.runs.controller import RunController
+
+    c = obj(ctx)
+    return RunController(c.load(), c.ssh_options())
+
+
+def _run_and_hosts(controller: RunController, run_id: str | None) -> tuple[str, list[str]]:
+    """`--run ID` (on the hosts that hold it), else the current run; exit 1 when there is none."""
+    if run_id is not None:
+        controller.select_run(run_id)
+    run = controller.current()
+    if run is None:
+        click.echo("no run found: start one with `tfctl up`", err=True)
+        sys.exit(EXIT_FAILED)
+    return run.run_id, list(run.hosts)
