@@ -77,3 +77,29 @@ def run_id_from(output: str) -> str:
         if line.startswith("run ") and " is up" in line:
             return line.split()[1]
     raise AssertionError(f"no run id in output:\n{output}")
+
+
+EXAMPLES = HERE.parent / "examples"
+
+
+def examples_job_dir(tmp: Path, names: tuple[str, ...] = ("train.py", "evaluate.py",
+                                                          "digits.py")) -> Path:
+    """`tmp/job` holding the bundled trainer's files: the source folder of a real TF job."""
+    d = tmp / "job"
+    d.mkdir()
+    for name in names:
+        shutil.copy(EXAMPLES / name, d / name)
+    return d
+
+
+def task_pid(run_id: str, task: str) -> int | None:
+    """The task's own process (a tagged process that is not its supervisor), if it runs."""
+    for pid, env in processes_of_run(run_id).items():
+        if env.get("TFCTL_TASK") != task:
+            continue
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise":
+                return pid
+        except OSError:
+            continue
+    return None

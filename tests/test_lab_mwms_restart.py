@@ -17,23 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.labtools import processes_of_run, run_id_from, tfctl
+from tests.labtools import processes_of_run, run_id_from, task_pid, tfctl
 
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 STEPS = 3000
 
-
-def _task_pid(run_id: str, task: str) -> int | None:
-    for pid, env in processes_of_run(run_id).items():
-        try:
-            if env.get("TFCTL_TASK") == task and \
-                    Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise":
-                return pid
-        except OSError:
-            continue
-    return None
 
 
 def test_killed_worker_and_its_peer_restart_together_and_resume(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -56,7 +46,7 @@ def test_killed_worker_and_its_peer_restart_together_and_resume(lab, tmp_path: P
         while not re.search(r"^step [1-9]\d* ", log1.read_text(), re.M):
             assert time.monotonic() < deadline, log1.read_text()[-2000:]
             time.sleep(0.2)
-        victim = _task_pid(run_id, "worker:1")
+        victim = task_pid(run_id, "worker:1")
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         wait = tfctl(inv, "wait", "--timeout", "280", timeout=300)

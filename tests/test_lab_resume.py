@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.labtools import processes_of_run, run_id_from, tfctl
+from tests.labtools import processes_of_run, run_id_from, task_pid, tfctl
 
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
 
@@ -40,17 +40,6 @@ def _steps(log: str) -> list[int]:
     return [int(m.group(1)) for m in re.finditer(r"^step (\d+) ", log, re.M)]
 
 
-def _task_pid(run_id: str, task: str) -> int | None:
-    for pid, env in processes_of_run(run_id).items():
-        if env.get("TFCTL_TASK") != task:
-            continue
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise":
-                return pid
-        except OSError:
-            continue
-    return None
-
 
 def test_killed_worker_restarts_and_the_job_ends_at_its_step(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     job_dir = tmp_path / "job"
@@ -69,7 +58,7 @@ def test_killed_worker_restarts_and_the_job_ends_at_its_step(lab, tmp_path: Path
         log = lab.host("h2").workdir / ".tfctl" / "runs" / run_id / "worker-1.log"
         _until(lambda: _steps(log.read_text()) or None, 120, "worker:1 logs a step")
         before = _steps(log.read_text())[-1]
-        victim = _task_pid(run_id, "worker:1")
+        victim = task_pid(run_id, "worker:1")
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         wait = tfctl(inv, "wait", "--timeout", "240", timeout=300)

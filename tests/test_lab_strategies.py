@@ -8,13 +8,12 @@ dies at once still fails the start, with its own words.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.labtools import processes_of_run, run_id_from, tfctl
+from tests.labtools import examples_job_dir, processes_of_run, run_id_from, tfctl
 
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
 
@@ -22,17 +21,10 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 MIRRORED = ["--strategy=mirrored", "--cpu_devices=2", "--log_every=10"]
 
 
-def _job_dir(tmp: Path) -> Path:
-    d = tmp / "job"
-    d.mkdir()
-    for name in ("train.py", "evaluate.py", "digits.py"):
-        shutil.copy(EXAMPLES / name, d / name)
-    return d
-
 
 def test_single_process_mirrored_trains_without_a_port(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     job = {"script": "train.py", "strategy": "mirrored", "args": [*MIRRORED, "--steps=30"]}
-    inv = lab.write_inventory(_job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1"],
+    inv = lab.write_inventory(examples_job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1"],
                               ps={"h1": 0})
     (task,) = json.loads(tfctl(inv, "plan", "--json").stdout)["tasks"]
     assert task["port"] is None and "TF_CONFIG" not in task["env"]
@@ -62,7 +54,7 @@ def test_single_process_mirrored_trains_without_a_port(lab, tmp_path: Path) -> N
 
 def test_a_portless_task_that_dies_at_once_fails_the_start(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     job = {"script": "trian.py", "strategy": "mirrored", "args": MIRRORED}  # a typo
-    inv = lab.write_inventory(_job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1"],
+    inv = lab.write_inventory(examples_job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1"],
                               ps={"h1": 0})
     up = tfctl(inv, "up", timeout=300)
     assert up.returncode == 1, up.stdout + up.stderr

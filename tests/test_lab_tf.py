@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.labtools import environ_of, processes_of_run, run_id_from, tfctl
+from tests.labtools import environ_of, examples_job_dir, processes_of_run, run_id_from, tfctl
 from tests.test_trainer import assert_whole_checkpoint_here
 
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
@@ -16,17 +15,10 @@ pytestmark = [pytest.mark.lab, pytest.mark.tf]
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-def _job_dir(tmp: Path) -> Path:
-    d = tmp / "job"
-    d.mkdir()
-    for name in ("train.py", "evaluate.py", "digits.py"):
-        shutil.copy(EXAMPLES / name, d / name)
-    return d
-
 
 def _run(lab, tmp_path: Path, job: dict, up_args: tuple[str, ...] = (), **kw  # type: ignore[no-untyped-def, type-arg]
          ) -> tuple[Path, str, str]:
-    inv = lab.write_inventory(_job_dir(tmp_path) / "cluster.yaml", job, **kw)
+    inv = lab.write_inventory(examples_job_dir(tmp_path) / "cluster.yaml", job, **kw)
     plan = json.loads(tfctl(inv, "plan", "--json").stdout)
     up = tfctl(inv, "up", *up_args, timeout=300)
     try:
