@@ -86,3 +86,20 @@ def test_a_known_failure_wins_over_the_aborted_steps_that_follow_it() -> None:
     headline = explain(tail).headline
     assert headline is not None and "NOT_FOUND" in headline
     assert explain(tail[:1] + tail[2:]).headline == tail[2]  # nothing better: the consequence
+
+
+def test_a_graph_execution_error_is_named_by_its_cause_below_the_node_frames() -> None:
+    """TensorFlow 2's graph errors: `Graph execution error:`, a blank line, the node's frames,
+    then the cause (tensorflow/python/framework/error_interpolation.py)."""
+    tail = ["tensorflow.python.framework.errors_impl.NotFoundError: Graph execution error:", "",
+            "Detected at node 'save/MergeV2Checkpoints' defined at (most recent call last):",
+            '  File "/home/u/lab/train.py", line 40, in <module>',
+            "Node: 'save/MergeV2Checkpoints'", "2 root error(s) found.",
+            "  (0) NOT_FOUND: out/train/model.ckpt-10_temp/part-00001-of-00003.index; No such "
+            "file or directory", "  (1) CANCELLED: Step was cancelled"]
+    failure = explain(tail)
+    assert failure.headline is not None
+    assert failure.headline.startswith("tensorflow.python.framework.errors_impl.NotFoundError")
+    assert "NOT_FOUND" in failure.headline and "No such file or directory" in failure.headline
+    assert tail[6] in failure.lines
+    assert failure.hint is not None and "every ps and the chief see" in failure.hint

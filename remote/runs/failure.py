@@ -23,6 +23,9 @@ _OTHER = re.compile(r"\bOOM when allocating|\bout of memory\b|^Killed$|Segmentat
                     r"Check failed:|^Aborted", re.IGNORECASE)
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
+# TensorFlow's graph errors list the failed node's definition before the cause
+# (tensorflow/python/framework/error_interpolation.py, `interpolate_graph`).
+_NODE_FRAMES = re.compile(r"^\s*Detected at node\b")
 
 
 @dataclass(frozen=True)
@@ -79,16 +82,32 @@ def explain(tail: Sequence[str], keep: int = 5) -> Failure:
     ranked = sorted(range(len(lines)), key=lambda i: (_rank(lines, i), -i))
     chosen = set(ranked[:keep])
     head = _headline_index(lines)
-    if head is not None and lines[head].rstrip().endswith(":") and head + 1 < len(lines):
-        chosen.add(head + 1)  # the message goes on on the next line
+    more = _continuation_index(lines, head) if head is not None else None
+    if more is not None:
+        chosen.add(more)  # where the exception's message goes on
     text = "\n".join(lines)
     hint = next((h.advice for h in HINTS if h.pattern.search(text)), None)
     headline = None
     if head is not None:
         headline = lines[head].strip()
-        if headline.endswith(":") and head + 1 < len(lines):
-            headline += " " + lines[head + 1].strip()
+        if more is not None:
+            headline += " " + lines[more].strip()
     return Failure(tuple(lines[i] for i in sorted(chosen)), hint, headline)
+
+
+def _continuation_index(lines: Sequence[str], head: int) -> int | None:
+    """Where an exception line ending in `:` goes on: the next line, as in `NotFoundError: From
+    /job:ps/task:1:`; or, for TensorFlow's `Graph execution error:` (a blank line, the node's
+    definition frames, then the cause at the end), the first status or known failure below."""
+    if not lines[head].rstrip().endswith(":") or head + 1 >= len(lines):
+        return None
+    below = range(head + 1, len(lines))
+    if lines[head + 1].strip() and not _NODE_FRAMES.match(lines[head + 1]):
+        return head + 1
+    causes = [i for i in below if is_error_line(lines[i]) and not _CONSEQUENCE.search(lines[i])]
+    known = [i for i in causes if any(h.pattern.search(lines[i]) for h in HINTS)]
+    plain = [i for i in below if lines[i].strip()]
+    return next(iter(known or causes or plain), None)
 
 
 # What other tasks say once one has failed: a consequence, never the cause.
