@@ -78,6 +78,9 @@ def parse_inventory(text: str, filename: str = DEFAULT_INVENTORY,
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise InventoryError(filename, lines.get((), 1), "", f"the file is {kind}, not a mapping",
                              "start from `tfctl init` (keys: name, defaults, hosts, job)")
+    # Top-level `x-` keys hold anchors to merge (`x-gpu-box: &box {...}`, then `<<: *box`), as in
+    # Compose files (https://docs.docker.com/reference/compose-file/extension/); not tfctl's.
+    data = {k: v for k, v in data.items() if not k.startswith("x-")}
     spec = _validate(data, lines, filename)
     return _Resolver(spec, lines, filename, hostfile).inventory()
 
@@ -132,7 +135,8 @@ _MODELS: dict[str, type[BaseModel]] = {
     "job": schema.JobSpec, "evaluator": schema.EvaluatorSpec,
     "tensorboard": schema.TensorBoardSpec, "ports": schema.PortsSpec, "sync": schema.SyncSpec,
     "restart": schema.RestartSpec, "task_args": schema.TaskArgsSpec,
-    "task_env": schema.TaskEnvSpec,
+    "task_env": schema.TaskEnvSpec, "slurm": schema.SlurmSpec,
+    "kubernetes": schema.KubernetesSpec,
 }
 
 
@@ -177,6 +181,8 @@ def _type_hint(loc: PathKey) -> str:
     for section in ("task_args", "task_env"):
         if section in loc:
             return _EXAMPLES[section]
+    if loc[:1] in (("slurm",), ("kubernetes",)):
+        return schema.ENGINE_HINTS.get(key, schema.ENGINE_HINTS[str(loc[0])])
     if key in _EXAMPLES:
         return _EXAMPLES[key]
     return "see the inventory format in README.md"
@@ -212,12 +218,24 @@ class _Resolver:
         self._check_unique_names(host_specs)
         job = self._job({h.name for h in hosts}, hosts)
         inv = model.Inventory(name=self.spec.name, hosts=hosts, job=job, path=self.filename,
-                              hostfile=self._hostfile_path())
+                              hostfile=self._hostfile_path(), **self._engines())
         from tfctl.inventory.checks import check_ports
 
         check_ports(inv, self.error)
         self._check_rules(inv)
         return inv
+
+    def _engines(self) -> dict[str, Any]:
+        """`slurm:` and `kubernetes:` as records, with their lines (for `tfctl export`)."""
+        out: dict[str, Any] = {}
+        if self.spec.slurm is not None:
+            data = self.spec.slurm.model_dump()
+            data["sbatch_args"] = tuple(data["sbatch_args"])
+            out["slurm"] = model.Slurm(**data, line=self.lines.get(("slurm",), 0))
+        if self.spec.kubernetes is not None:
+            out["kubernetes"] = model.Kubernetes(**self.spec.kubernetes.model_dump(),
+                                                 line=self.lines.get(("kubernetes",), 0))
+        return out
 
     def _check_rules(self, inv: model.Inventory) -> None:
         """Refuse what TensorFlow would refuse (or hang on) at run time: see rules.py."""

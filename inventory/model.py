@@ -146,6 +146,45 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Slurm:
+    """`slurm:`: the batch job `tfctl export slurm` writes (None: taken from the hosts)."""
+
+    host: str = "local"
+    """Where `sbatch` runs: `local`, or the login node's address."""
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    """The time limit, in Slurm's form (`2:00:00`, `1-12:00:00`)."""
+    nodes: int | None = None
+    """Nodes asked for; None: one per host of the plan."""
+    gpus_per_node: int | None = None
+    """`--gres=gpu:K`; None: the most GPUs a host of the plan has."""
+    sbatch_args: tuple[str, ...] = ()
+    workdir: str | None = None
+    """The folder every task runs in (shared by the nodes); None: the first host's workdir."""
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Kubernetes:
+    """`kubernetes:`: what `tfctl export tfjob` needs beyond the plan."""
+
+    image: str | None = None
+    namespace: str = "default"
+    name: str | None = None
+    """The TFJob's name; None: the inventory's name."""
+    python: str = "python3"
+    """The interpreter in the image (the hosts' `python` means nothing there)."""
+    workdir: str | None = None
+    """The container's working directory; None: the image's."""
+    claim: str | None = None
+    """A PersistentVolumeClaim mounted at `workdir`, where the outputs stay."""
+    on_failure: str = "OnFailure"
+    """What `restart: on-failure` becomes: OnFailure (any failure) or ExitCode (kills only)."""
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Inventory:
     name: str
     hosts: tuple[Host, ...]
@@ -154,6 +193,10 @@ class Inventory:
     """The file it was read from; sync sources and state files are relative to its folder."""
     hostfile: str | None = None
     """The machinefile the hosts were read from (absolute path), or None."""
+    slurm: Slurm | None = None
+    """`slurm:`, or None when the file has none (`export slurm` then takes the defaults)."""
+    kubernetes: Kubernetes | None = None
+    """`kubernetes:`, or None when the file has none."""
 
     def host(self, name: str) -> Host:
         for host in self.hosts:

@@ -7,9 +7,17 @@ Every model forbids unknown keys (a typo must not be silently ignored) and is st
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from tfctl.inventory.model import Strategy
 
@@ -177,9 +185,102 @@ class JobSpec(_Strict):
     task_env: TaskEnvSpec = TaskEnvSpec()
 
 
+def _matching(pattern: str, what: str) -> Any:
+    """A field validator refusing a value that does not match `pattern`, saying `what` it is."""
+    regex = re.compile(pattern)
+
+    def check(cls: type, value: object) -> object:
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, str) and not regex.fullmatch(v):
+                raise ValueError(what)
+        return value
+
+    return classmethod(check)
+
+
+_WORD = r"[^-\s][^\s]*"
+_DNS_LABEL = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
+# Slurm's time limits: minutes, MM:SS, H:MM:SS, D-H, D-H:MM, D-H:MM:SS, or UNLIMITED.
+_SLURM_TIME = r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}|UNLIMITED|unlimited|infinite"
+
+
+class SlurmSpec(_Strict):
+    """`slurm:` (optional): what `tfctl export slurm` asks Slurm for. Without `nodes` and
+    `gpus_per_node` the job asks for one node per host and the most GPUs a host has."""
+
+    host: str = Field(default="local", min_length=1)
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    nodes: int | None = Field(default=None, ge=1, le=100000)
+    gpus_per_node: int | None = Field(default=None, ge=0, le=64)
+    sbatch_args: list[str] = []
+    workdir: str | None = Field(default=None, min_length=1)
+
+    _words = field_validator("host", "partition", "account")(
+        _matching(_WORD, "a name without spaces, not starting with `-`"))
+    _time = field_validator("time")(
+        _matching(_SLURM_TIME, "a Slurm time limit is minutes, H:MM:SS or D-HH:MM:SS"))
+    _args = field_validator("sbatch_args")(
+        _matching(r"--?[A-Za-z][^\n\x00]*", "each entry is one sbatch option, e.g. "
+                  "`--exclusive` or `--constraint=a100`"))
+    _workdir = field_validator("workdir")(
+        _matching(r"[^\s\x00]+", "a folder path without spaces"))
+
+
+class KubernetesSpec(_Strict):
+    """`kubernetes:` (optional): what `tfctl export tfjob` needs that the lab does not say."""
+
+    image: str | None = None
+    namespace: str = "default"
+    # The TFJob's name (default: the inventory's); pods are `<name>-worker-<i>`, so it is short.
+    name: str | None = Field(default=None, max_length=48)
+    python: str = "python3"
+    workdir: str | None = None
+    # A PersistentVolumeClaim mounted at `workdir` in every pod: where the outputs go.
+    claim: str | None = None
+    on_failure: Literal["OnFailure", "ExitCode"] = "OnFailure"
+
+    _words = field_validator("image", "python")(
+        _matching(_WORD, "a name without spaces, not starting with `-`"))
+    _labels = field_validator("namespace", "name", "claim")(
+        _matching(_DNS_LABEL, "Kubernetes takes lower-case letters, digits and `-` here "
+                  "(a DNS label)"))
+    _workdir = field_validator("workdir")(
+        _matching(r"/[^\x00]*", "the folder in the container is an absolute path"))
+
+    @model_validator(mode="after")
+    def _claim_needs_workdir(self) -> KubernetesSpec:
+        if self.claim is not None and self.workdir is None:
+            raise ValueError("`claim` is mounted at `workdir`, which is missing")
+        return self
+
+
+# What to write instead, by key, for a mistake under `slurm:` or `kubernetes:` (load.py).
+ENGINE_HINTS = {
+    "slurm": "e.g. `slurm: {partition: gpu, time: \"2:00:00\"}` (README: When you outgrow the lab)",
+    "kubernetes": "e.g. `kubernetes: {image: registry.example.org/you/train:1, workdir: "
+                  "/workspace, claim: train-data}`",
+    "time": 'write a time limit as Slurm takes it, in quotes (YAML reads 2:00:00 as a number): '
+            '`time: "2:00:00"` or `"1-12:00:00"`',
+    "nodes": "write how many nodes to ask for, e.g. `nodes: 2` (default: one per host)",
+    "gpus_per_node": "write a count, e.g. `gpus_per_node: 4` (default: the most a host has)",
+    "sbatch_args": "write a list of sbatch options, e.g. `sbatch_args: [--exclusive, --mem=0]`",
+    "namespace": "write a namespace such as `namespace: ml-team`",
+    "name": "write a short DNS label, e.g. `name: mnist-ps`",
+    "claim": "write the PersistentVolumeClaim's name, e.g. `claim: train-data`",
+    "workdir": "write a path, e.g. `workdir: /workspace`",
+    "on_failure": "write `on_failure: OnFailure` (any failure restarts) or `ExitCode` (only "
+                  "kills, 128-255, restart)",
+}
+
+
 class FileSpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     defaults: DefaultsSpec = DefaultsSpec()
     hosts: list[HostSpec] = []
     hostfile: str | None = None
     job: JobSpec
+    slurm: SlurmSpec | None = None
+    kubernetes: KubernetesSpec | None = None

@@ -95,7 +95,7 @@ async def test_cluster_view_shows_each_gpu_its_owner_and_the_dead_host() -> None
         assert hosts["gtx970"].gpus[0].power_w is None
         assert hosts["old-box"].level == "down"
         text = screen_text(app)
-        assert "unreachable since" in text and "(timed out)" in text
+        assert "unreachable since" in text and "(no answer for" in text
         assert " n/a " in text and "11.2/12.0G" in text and "3.7/4.0G" in text
         assert "idle while its peers are busy" in text
 
@@ -106,12 +106,12 @@ async def test_job_view_lists_every_task_with_state_rate_and_restarts() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         await until(pilot, lambda: app.query_one(TasksTable).row("worker:2").state != "waiting"
-                    and app.query_one(TasksTable).row("ps:2").state == "unreachable")
+                    and app.query_one(TasksTable).row("ps:2").state == "unknown")
         table = app.query_one(TasksTable)
         row = {r.name: r for r in table.rows}
         assert row["worker:2"].state == "exited 1" and row["worker:2"].restarts == "3/3"
         assert row["worker:0"].rate == "41.2" and row["worker:4"].rate == "18.3 ⚠"
-        assert row["ps:2"].state == "unreachable"
+        assert row["ps:2"].state == "unknown"
         lines = screen_text(app).splitlines()
         assert any("worker:2" in ln and "exited 1" in ln and "Resource" in ln for ln in lines)
 
@@ -332,7 +332,7 @@ async def test_focusing_a_host_filters_the_tasks_and_unfolds_it() -> None:
         assert "3.7/4.0G" in screen_text(app)
         await pilot.press("escape")
         await until(pilot, lambda: app.query_one(TasksTable).row("worker:2").state != "waiting"
-                    and app.query_one(TasksTable).row("ps:2").state == "unreachable")
+                    and app.query_one(TasksTable).row("ps:2").state == "unknown")
 
 
 @sync

@@ -353,7 +353,8 @@ OPTIONS = {  # option → a strategy for a value that is wrong for it (None: a f
 }
 JUNK_ARG = st.one_of(
     TEXT.filter(lambda s: s not in ("-h", "--help", "--version")),
-    st.sampled_from(["--frobnicate", "-Z", "--no-such", "--json=1", "-i", "--", "-", "—help"]),
+    st.sampled_from(["--frobnicate", "-Z", "--no-such", "--json=1", "--inventry", "--", "-",
+                     "—help"]),
 )
 
 

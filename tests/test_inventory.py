@@ -41,8 +41,8 @@ def err(text: str) -> InventoryError:
 def test_example_resolves_defaults_and_overrides() -> None:
     inv = load_inventory(EXAMPLE)
     titan, gtx = inv.hosts
-    assert (titan.user, titan.workdir, titan.gpus, titan.ps) == ("alice", "~/tfctl/lab",
-                                                                (0, 1, 2, 3), 1)
+    assert (titan.user, titan.workdir, titan.gpus, titan.ps) == (None, "~/tfctl/lab",
+                                                                (0, 1, 2, 3), 1)  # ~/.ssh/config's
     assert gtx.workdir == "/data/tfctl" and gtx.gpus == (0,)
     assert dict(gtx.env) == {"TF_CPP_MIN_LOG_LEVEL": "1"}
     assert inv.job.tensorboard is not None and inv.job.tensorboard.port == 6006

@@ -255,6 +255,11 @@ def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | N
                                   f"to agent {op}") from None
         if line is None:
             code, rest = pipe.finish()
+            if code in (None, -1) and getattr(pipe, "link_lost", False):
+                # Another call's timeout closed the host's connection (a cut link): the host
+                # did not answer, nothing failed on it (issue 18: not "`python …` exited -1").
+                raise HostUnreachable(transport.host.name, f"the connection dropped during "
+                                      f"agent {op}")
             tail = b"".join(noise[-20:]).decode(errors="replace") + rest
             raise _no_answer(transport, op, code, "\n".join(tail.strip().splitlines()[-15:]))
         if line == _ACK:

@@ -146,6 +146,8 @@ class SshTransport:
             channel.shutdown_write()
             out, err = _drain(channel, timeout_s, self.host.name, command)
             code = channel.recv_exit_status()
+            if code == -1 and link_lost(channel):  # closed under us, not an exit status
+                raise HostUnreachable(self.host.name, "the SSH connection dropped mid-command")
         finally:
             channel.close()
         return Result(self.host.name, command, code, out, err)
@@ -245,6 +247,12 @@ class SshPipe:
         ch = self.channel
         return not (self._broken or ch.closed or ch.eof_received or ch.exit_status_ready())
 
+    @property
+    def link_lost(self) -> bool:
+        """The SSH connection under this session is gone (closed by a timeout elsewhere, or
+        dropped): an ended output then says nothing about the command."""
+        return link_lost(self.channel)
+
     def send(self, data: bytes) -> None:
         try:
             self.channel.sendall(data)
@@ -292,6 +300,13 @@ class SshPipe:
     def close(self) -> None:
         self._broken = True
         self.channel.close()
+
+
+def link_lost(channel: paramiko.Channel) -> bool:
+    """The connection a channel ran on is closed. paramiko's `Channel.recv_exit_status` then
+    says -1 ("if no exit status is provided by the server, -1 is returned", its docs)."""
+    transport = channel.get_transport()
+    return transport is None or not transport.is_active()
 
 
 def _tcp_connect(hostname: str, port: int, timeout_s: float) -> socket.socket:

@@ -45,7 +45,7 @@ class Finding:
     task: str | None
     text: str
     kind: str = ""  # idle_gpu | log_stalled | memory_after_down | throttling | stream_stale |
-    #                  stream_error | mask_unused | foreign_process
+    #                  stream_error | stream_unreachable | mask_unused | foreign_process
 
     @property
     def gpu(self) -> int | None:
@@ -194,7 +194,12 @@ def stream_findings(snapshots: Mapping[str, HostTelemetry], now: float,
     found = []
     for host, snap in snapshots.items():
         state = snap.state(now, rules.stale_after_s)
-        if state is TelemetryState.ERROR:
+        since = snap.unreachable_since()
+        if since is not None:  # the host, not nvidia-smi: its error would only quote a command
+            found.append(Finding(ERROR, host, None, None, f"{host} unreachable (no answer for "
+                                 f"{max(0.0, now - since):.0f} s): its GPUs and tasks are shown "
+                                 "as last seen", "stream_unreachable"))
+        elif state is TelemetryState.ERROR:
             found.append(Finding(ERROR, host, None, None, f"{host} GPU telemetry: {snap.error}",
                                  "stream_error"))
         elif state is TelemetryState.STALE and snap.last_sample_at is not None:

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from tfctl.remote.gpus.nvsmi import (
     NUMERIC_SAMPLE_ATTRS,
@@ -20,6 +21,7 @@ from tfctl.remote.gpus.nvsmi import (
     HostError,
     ParseResult,
 )
+from tfctl.remote.reach import reach_json, unreachable_words
 
 DEFAULT_HISTORY_LENGTH = 120  # two minutes at nvidia-smi's useful ~1 Hz
 DEFAULT_STALE_AFTER_S = 5.0  # several missed 1 s samples: the stream or the host is stuck
@@ -86,6 +88,19 @@ class HostTelemetry:
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     last_sample_at: float | None = None  # monotonic seconds of the last good sample
+    error_kind: str | None = None  # "unreachable": the host did not answer (`RemoteError.kind`)
+    failing_since: float | None = None  # monotonic: when the current run of errors began
+
+    @property
+    def unreachable(self) -> bool:
+        return self.error is not None and self.error_kind == "unreachable"
+
+    def unreachable_since(self) -> float | None:
+        """Monotonic seconds since which this host has not answered (when tfctl began waiting
+        for the answer that never came: the failing run's start); None while it answers."""
+        if not self.unreachable:
+            return None
+        return self.failing_since if self.failing_since is not None else self.last_sample_at
 
     def staleness_s(self, now: float) -> float | None:
         """Seconds since the last good sample; None if there never was one."""
@@ -99,12 +114,31 @@ class HostTelemetry:
             return TelemetryState.STALE
         return TelemetryState.OK if self.gpus else TelemetryState.NO_GPUS
 
+    def unreachable_since_wall(self, now: float, wall_now: float) -> float | None:
+        """`unreachable_since` on the wall clock (`now` monotonic, `wall_now` time.time())."""
+        since = self.unreachable_since()
+        return None if since is None else wall_now - max(0.0, now - since)
+
+    def reach_words(self, now: float, wall_now: float) -> str | None:
+        """"unreachable since 21:16:24 (no answer for 35 s)", or None while it answers."""
+        since = self.unreachable_since_wall(now, wall_now)
+        return None if since is None else unreachable_words(since, wall_now)
+
+    def reach_json(self, now: float, wall_now: float) -> dict[str, Any]:
+        """"reachable", "unreachable_since" (ISO 8601) and "no_answer_s", for --json."""
+        return reach_json(self.unreachable_since_wall(now, wall_now), wall_now)
+
     def processes_on(self, uuid: str) -> tuple[GpuProcess, ...]:
         return tuple(p for p in self.processes if p.gpu_uuid == uuid)
 
-    def with_error(self, error: str) -> HostTelemetry:
-        """The same last-known GPUs, marked failed (a UI can dim them)."""
-        return replace(self, error=error)
+    def with_error(self, error: str, kind: str | None = None,
+                   at_s: float | None = None) -> HostTelemetry:
+        """The same last-known GPUs, marked failed (a UI can dim them). `kind` says why in
+        one word ("unreachable"); `at_s` (monotonic) is when this attempt began, kept as
+        `failing_since` for the first error of a run of them."""
+        kept = self.error is not None and self.failing_since is not None
+        since = self.failing_since if kept else at_s
+        return replace(self, error=error, error_kind=kind, failing_since=since)
 
     @classmethod
     def from_parse(

@@ -4,7 +4,10 @@ Why pids from the agent and not from the launch record: TF's process is a child 
 of what tfctl launched, and a launcher script may fork several; the agent's `status` lists every
 live process of each task (its process group plus everything tagged with the task's
 `TFCTL_RUN_ID`/`TFCTL_TASK`), so a GPU process is ours exactly when its pid is in that list.
-Anything else on a GPU is foreign (another user's job, or one started by hand).
+Anything else on a GPU is foreign (another user's job, or one started by hand) — but only when
+that list was read: on a host whose tasks could not be read now (unreachable), a process that is
+not among the pids last read is "owner unknown", never foreign (not knowing our tasks is no
+evidence that a process is a stranger's; issue 18 saw a cut host's own worker called foreign).
 
 `map_owners` and `masked_gpus_without_process` are pure; `read_task_processes`, `task_pids` and
 `process_users` do one round trip per host (call them from a worker thread).
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import shlex
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,20 +54,26 @@ class Owner:
     tasks: tuple[str, ...] = ()  # our tasks with a compute process on it
     foreign: tuple[ForeignProcess, ...] = ()
     planned: tuple[str, ...] = ()  # tasks whose CUDA_VISIBLE_DEVICES names it
+    unknown: tuple[ForeignProcess, ...] = ()  # on a host whose tasks could not be read now
+    stale: bool = False  # `tasks` are from the last read that worked, not from now
 
     @property
     def kind(self) -> str:
-        """"task" | "foreign" | "shared" (ours and foreign) | "idle"."""
+        """"task" | "foreign" | "shared" (ours and foreign) | "unknown" | "idle"."""
         if self.tasks and self.foreign:
             return "shared"
         if self.tasks:
             return "task"
-        return "foreign" if self.foreign else "idle"
+        if self.foreign:
+            return "foreign"
+        return "unknown" if self.unknown else "idle"
 
     @property
     def label(self) -> str:
-        """"worker:3", "foreign pid 4242 user bob", "worker:0 + foreign pid 7", or "idle"."""
-        parts = [*self.tasks, *(p.label for p in self.foreign)]
+        """"worker:3", "foreign pid 4242 user bob", "worker:0 + foreign pid 7",
+        "pid 7 (owner unknown)", or "idle"."""
+        parts = [*self.tasks, *(p.label for p in self.foreign),
+                 *(f"pid {p.pid} (owner unknown)" for p in self.unknown)]
         return " + ".join(parts) if parts else "idle"
 
 
@@ -121,17 +130,21 @@ def gpus_in_mask(mask: str | None, gpus: Sequence[GpuSample]) -> tuple[GpuSample
 def map_owners(snapshots: Mapping[str, HostTelemetry],
                task_pids: Mapping[str, Mapping[int, str]],
                plan_masks: Mapping[str, Mapping[str, str]] | None = None,
-               users: Mapping[str, Mapping[int, str]] | None = None) -> dict[GpuKey, Owner]:
+               users: Mapping[str, Mapping[int, str]] | None = None,
+               unknown_hosts: Collection[str] = ()) -> dict[GpuKey, Owner]:
     """Every GPU of every snapshot with its owner.
 
     task_pids: host → pid → task name (live processes of the run's tasks);
     plan_masks: host → task name → CUDA_VISIBLE_DEVICES (for `Owner.planned`);
-    users: host → pid → user name, for foreign processes, where known.
+    users: host → pid → user name, for foreign processes, where known;
+    unknown_hosts: hosts whose tasks could not be read now (their `task_pids`, if any, are the
+    last read): a process not among them is `unknown` there, not `foreign`.
     """
     owners: dict[GpuKey, Owner] = {}
     for host, snap in snapshots.items():
         pids = task_pids.get(host, {})
         who = (users or {}).get(host, {})
+        blind = host in unknown_hosts
         planned: dict[str, list[str]] = {}
         for task, mask in (plan_masks or {}).get(host, {}).items():
             for gpu in gpus_in_mask(mask, snap.gpus):
@@ -147,8 +160,10 @@ def map_owners(snapshots: Mapping[str, HostTelemetry],
                 else:
                     foreign.append(ForeignProcess(proc.pid, who.get(proc.pid),
                                                   proc.process_name, proc.used_memory_mib))
-            owners[(host, gpu.uuid)] = Owner(host, gpu.uuid, gpu.index, tuple(tasks),
-                                             tuple(foreign), tuple(planned.get(gpu.uuid, ())))
+            strangers = tuple(foreign)
+            owners[(host, gpu.uuid)] = Owner(
+                host, gpu.uuid, gpu.index, tuple(tasks), () if blind else strangers,
+                tuple(planned.get(gpu.uuid, ())), strangers if blind else (), blind)
     return owners
 
 
@@ -267,9 +282,11 @@ class OwnerCache:
         self.fleet = fleet
         self._snapshots = snapshots
         self._lock = threading.Lock()
-        self.tasks: tuple[TaskProcesses, ...] = ()
-        self.unreachable: dict[str, str] = {}
+        self.tasks: tuple[TaskProcesses, ...] = ()  # as read now (hosts that failed: none)
+        self.unreachable: dict[str, str] = {}  # hosts whose tasks could not be read → why
         self._users: dict[str, dict[int, str]] = {}
+        self._last: dict[str, tuple[TaskProcesses, ...]] = {}  # each host's last good read
+        self._run_id: str | None = None
 
     def refresh(self, run_id: str | None, hosts: Sequence[str]) -> tuple[TaskProcesses, ...]:
         tasks: tuple[TaskProcesses, ...] = ()
@@ -278,18 +295,26 @@ class OwnerCache:
             tasks, unreachable = read_task_processes(self.fleet, run_id, hosts)
         ours = pids_by_host(tasks)
         foreign = {host: [p.pid for p in snap.processes if p.pid not in ours.get(host, {})]
-                   for host, snap in self._snapshots().items()}
-        users = process_users(self.fleet, foreign)
+                   for host, snap in self._snapshots().items() if host not in unreachable}
+        users = process_users(self.fleet, foreign)  # not on hosts that just did not answer
+        last = dict(self._last) if run_id == self._run_id else {}
+        for host in hosts:
+            if host not in unreachable:
+                last[host] = tuple(t for t in tasks if t.host == host)
         with self._lock:
             self.tasks, self.unreachable, self._users = tasks, unreachable, users
+            self._last, self._run_id = last, run_id
         return tasks
 
     def owners(self, snapshots: Mapping[str, HostTelemetry] | None = None
                ) -> dict[GpuKey, Owner]:
+        """Owners now; on a host that failed its last read, our tasks as last read (`stale`)
+        and any other process `unknown`."""
         with self._lock:
-            tasks, users = self.tasks, self._users
+            tasks, users, unreachable = self.tasks, self._users, set(self.unreachable)
+            known = tasks + tuple(t for h in unreachable for t in self._last.get(h, ()))
         snaps = self._snapshots() if snapshots is None else snapshots
-        return map_owners(snaps, pids_by_host(tasks), masks_by_host(tasks), users)
+        return map_owners(snaps, pids_by_host(known), masks_by_host(known), users, unreachable)
 
     def owner_of(self, host: str, uuid: str) -> str:
         """`tfctl.tui.app.sources.OwnerOf`: a label, never blocking."""

@@ -158,6 +158,7 @@ class _Ended:
     why: str
     got_block: bool = False
     no_devices: bool = False
+    kind: str | None = None  # `RemoteError.kind`: "unreachable" when the host did not answer
 
 
 class TelemetryHub:
@@ -169,11 +170,11 @@ class TelemetryHub:
     """
 
     def __init__(self, fleet: Fleet, interval_ms: int = 1000, apps_every: int = 2, *,
-                 hosts: Sequence[str] | None = None,
-                 history_length: int = DEFAULT_HISTORY_LENGTH,
+                 hosts: Sequence[str] | None = None, history_length: int = DEFAULT_HISTORY_LENGTH,
                  backoff_s: float = 1.0, max_backoff_s: float = 30.0,
                  silence_s: float | None = None, apps_timeout_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 unreachable_retry_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         if interval_ms <= 0 or apps_every <= 0:
             raise ValueError("interval_ms and apps_every must be positive")
         self.fleet = fleet
@@ -184,7 +185,8 @@ class TelemetryHub:
         # A stream that printed nothing for this long is closed and reopened.
         self.silence_s = silence_s if silence_s is not None else max(
             DEFAULT_STALE_AFTER_S, 3 * interval_ms / 1000)
-        self.apps_timeout_s = apps_timeout_s
+        # A host that does not answer is retried at least this often: a healed link shows soon.
+        self.apps_timeout_s, self.unreachable_retry_s = apps_timeout_s, unreachable_retry_s
         self.clock = clock
         self._history = GpuHistory(history_length)
         self._lock = threading.Lock()
@@ -220,10 +222,9 @@ class TelemetryHub:
         if self._threads:
             return
         self._stop.clear()
-        for host in self.hosts:
-            thread = threading.Thread(target=self._run_host, args=(host,),
-                                      name=f"telemetry-{host}", daemon=True)
-            self._threads.append(thread)
+        self._threads = [threading.Thread(target=self._run_host, args=(host,),
+                                          name=f"telemetry-{host}", daemon=True)
+                         for host in self.hosts]
         self._threads.append(threading.Thread(target=self._watchdog, name="telemetry-watchdog",
                                               daemon=True))
         for thread in self._threads:
@@ -257,6 +258,7 @@ class TelemetryHub:
         probe: Probe | None = None
         failures = 0
         while not self._stop.is_set():
+            tried = self.clock()
             try:
                 transport = self.fleet.transport(host)
                 if probe is None or probe.no_gpus or probe.error:
@@ -269,7 +271,7 @@ class TelemetryHub:
                 ended = _Ended(probe.error) if probe.error else self._follow(
                     host, transport, probe)
             except RemoteError as exc:
-                ended = _Ended(str(exc))
+                ended = _Ended(str(exc), kind=exc.kind)
             except Exception as exc:  # a reader thread must never die silently: say why
                 ended = _Ended(f"telemetry failed: {type(exc).__name__}: {exc}")
             if self._stop.is_set():
@@ -278,8 +280,10 @@ class TelemetryHub:
                 probe = Probe(no_gpus=ended.why)
                 continue
             failures = 1 if ended.got_block else failures + 1
-            self._set_error(host, ended.why)
-            self._stop.wait(min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1)))
+            self._set_error(host, ended, tried)
+            wait = min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
+            self._stop.wait(min(wait, self.unreachable_retry_s)
+                            if ended.kind == "unreachable" else wait)
 
     def _probe(self, transport: Transport) -> Probe:
         result = transport.run(probe_script(), timeout_s=max(10.0, self.silence_s))
@@ -357,11 +361,13 @@ class TelemetryHub:
             return None, "; ".join(errors) or f"compute apps query exited {result.exit_code}"
         return parse_compute_apps(result.stdout, probe.app_fields), None
 
-    def _set_error(self, host: str, why: str) -> None:
-        with self._lock:
+    def _set_error(self, host: str, ended: _Ended, tried: float) -> None:
+        with self._lock:  # the wait began at a quiet stream's last sample, else at `tried`
             state = self._states[host]
-            state.telemetry = state.telemetry.with_error(why)
-            state.info = replace(state.info, restarts=state.info.restarts + 1, last_error=why)
+            last = state.telemetry.last_sample_at
+            since = last if ended.got_block and last is not None else tried
+            state.telemetry = state.telemetry.with_error(ended.why, ended.kind, since)
+            state.info = replace(state.info, restarts=state.info.restarts + 1, last_error=ended.why)
 
     def _set_no_gpus(self, host: str, why: str) -> None:
         with self._lock:

@@ -260,11 +260,16 @@ class RunController:
         return "nothing had started" if chosen is None else rollback(self.fleet, self.plan,
                                                                     chosen)
 
-    def down(self, grace_s: float = 10.0) -> DownSummary:
-        """TERM, grace, KILL and verify every process of the current run on every host."""
+    def down(self, grace_s: float = 10.0, on_event: Say | None = None) -> DownSummary:
+        """TERM, grace, KILL and verify every process of the current run on the hosts it used
+        (those it recorded, so a run started on part of the lab is stopped there only);
+        `on_event` hears which run and hosts before they are stopped."""
         run = self.current(refresh=True)
         if run is None:
             return DownSummary(None, (), ())
+        if on_event is not None:
+            on_event(f"stopping run {run.run_id} on {', '.join(run.hosts)} (TERM, then KILL "
+                     f"after {grace_s:g} s)")
         result = stop_run(self.fleet, run.run_id, run.hosts, grace_s=grace_s)
         killed = sorted(n for r in result.succeeded.values() for n in r.killed_after_grace)
         problems = {h: r for h, r in result.succeeded.items() if not r.clean}
@@ -276,10 +281,18 @@ class RunController:
         run = self.current()
         if run is None:
             raise LookupError("no run")
-        host = self.plan.task(task).host
+        host = self._task_host(run, task)
         stop_run(self.fleet, run.run_id, [host], grace_s=5.0, tasks=[task])
         t = self.fleet.transport(host)
         agentops.launch(t, t.host.workdir, run.run_id, [task])
+
+    def _task_host(self, run: CurrentRun, task: str) -> str:
+        """Where the run placed `task`: its own record, since a run started on part of the lab
+        (`up --only`) numbers its tasks differently from the whole inventory's plan."""
+        if len(run.hosts) == 1:
+            return run.hosts[0]
+        found = read_status(self.fleet, run.run_id, list(run.hosts))
+        return next((t.host for t in found.tasks if t.name == task), self.plan.task(task).host)
 
     def ensure_tensorboard(self, allow_start: Callable[[str], bool], on_event: Say) -> bool:
         """True once `job.tensorboard` runs (started if `allow_start(why)` says so); see

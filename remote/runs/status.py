@@ -16,12 +16,14 @@ restart is pending the task is `starting`, not failed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.reach import reach_json, unreachable_words
 from tfctl.remote.runs.failure import explain
 
 ENDED = ("exited", "killed", "stopped", "lost")
@@ -77,6 +79,23 @@ class RunStatus:
     finished: Mapping[str, Any] | None = None
     acting_chief: str | None = None
     """A task that is the chief without the name: worker:0 in the flags style."""
+    asked_at_s: float | None = None
+    """Wall-clock time this read began: an unreachable host has not answered since then."""
+
+    def unreachable_since(self, host: str) -> float | None:
+        if host not in self.unreachable:
+            return None
+        return self.asked_at_s if self.asked_at_s is not None else time.time()
+
+    def reach_words(self, host: str, now_s: float) -> str | None:
+        """"unreachable since 21:16:24 (no answer for 2 s)", or None for a host that answered."""
+        since = self.unreachable_since(host)
+        return None if since is None else unreachable_words(since, now_s)
+
+    def reach(self, hosts: Sequence[str], now_s: float) -> dict[str, dict[str, Any]]:
+        """host → {"reachable", "unreachable_since" (ISO 8601), "no_answer_s"[, "why"]}."""
+        return {h: reach_json(self.unreachable_since(h), now_s, self.unreachable.get(h))
+                for h in dict.fromkeys([*hosts, *self.unreachable])}
 
     @property
     def job_ended(self) -> bool:
@@ -95,6 +114,7 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
                 mark_up: bool = False) -> RunStatus:
     """Every task of the run, from every host; `mark_up` (the read that ends `up`) also tells
     each host's watcher that the whole run had started."""
+    asked_at = time.time()
     answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=tail,
                                                   mark_up=mark_up), hosts)
     tasks: list[TaskStatus] = []
@@ -106,7 +126,7 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), unreachable, finished,
-                     acting_chief_of(fleet.inventory.job.style))
+                     acting_chief_of(fleet.inventory.job.style), asked_at)
 
 
 def acting_chief_of(style: str) -> str | None:

@@ -204,8 +204,7 @@ class TfctlApp(KeyActions):
                 return "?"
             if host not in pids:
                 pids[host] = self.board.pid_tasks(host)
-            known = self.board.run_id is None or self.board.link(host).polled_at_s is not None
-            return cells.owner_label(tel, uuid, pids[host], known=known)
+            return cells.owner_label(tel, uuid, pids[host], known=self.board.tasks_known(host))
 
         return owner_of
 

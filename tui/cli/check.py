@@ -1,12 +1,21 @@
-"""`tfctl check`: preflight every host; one line per host and problem; exit 1 if any fails."""
+"""`tfctl check`: preflight every host; one line per host and problem; exit 1 if any fails.
+
+`--json` prints one object instead: `ok`, and per host its findings (level ok/info/warn/fail and
+the sentence), in the inventory's order.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.output import echo, print_json, secho
+
+if TYPE_CHECKING:
+    from tfctl.remote.runs.check import HostReport
 
 EXPOSURE_WARNING = ("TensorFlow's gRPC task ports accept anyone on the network (no "
                     "authentication): `tfctl check --firewall` prints rules that admit only "
@@ -19,8 +28,10 @@ MARK = {"ok": ("✔", "green"), "info": ("·", "cyan"), "warn": ("!", "yellow"),
 @click.option("-v", "--verbose", is_flag=True, help="Also print what passed.")
 @click.option("--firewall", is_flag=True, help="Print nftables and iptables rules that admit "
               "only the inventory's hosts to the TensorFlow task ports (contacts no host).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: every host's "
+              "findings, passed ones included.")
 @click.pass_context
-def check(ctx: click.Context, verbose: bool, firewall: bool) -> None:
+def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> None:
     """Preflight: SSH and host key, python, TensorFlow, GPUs, free and reachable task ports.
 
     \b
@@ -28,6 +39,7 @@ def check(ctx: click.Context, verbose: bool, firewall: bool) -> None:
       tfctl -i cluster.yaml check
       tfctl -i cluster.yaml --accept-new-host-keys check   # first contact: record host keys
       tfctl -i cluster.yaml check --firewall > rules.txt     # rules for each host's firewall
+      tfctl check --json | jq -r '.hosts[] | select(.ok | not) | .host'
     """
     from tfctl.inventory.plan import make_plan
     from tfctl.remote.connect.fleet import Fleet
@@ -38,22 +50,35 @@ def check(ctx: click.Context, verbose: bool, firewall: bool) -> None:
     if firewall:
         from tfctl.remote.runs.firewall import render
 
+        if as_json:
+            print_json({"firewall": render(plan)})
+            return
         click.echo(render(plan), nl=False)
         return
     with Fleet(plan.inventory, c.ssh_options()) as fleet:
         reports = run_check(fleet, plan)
-    failed = 0
+    failed = sum(not report.ok for report in reports)
+    if as_json:
+        print_json({"ok": not failed, "warnings": [EXPOSURE_WARNING], "hosts": [
+            {"host": r.host, "ok": r.ok,
+             "findings": [{"level": f.level, "text": f.text} for f in r.findings]}
+            for r in reports]})
+    else:
+        _print_reports(reports, verbose)
+    if failed:
+        secho(f"{failed} of {len(reports)} hosts failed the check", err=True, fg="red")
+        sys.exit(EXIT_FAILED)
+    if not as_json:
+        secho(f"all {len(reports)} hosts ready", fg="green")
+
+
+def _print_reports(reports: list[HostReport], verbose: bool) -> None:
     for report in reports:
         status = "ok" if report.ok else "FAILED"
-        click.secho(f"{report.host}: {status}", fg="green" if report.ok else "red", bold=True)
+        secho(f"{report.host}: {status}", fg="green" if report.ok else "red", bold=True)
         for f in report.findings:
             if f.level == "ok" and not verbose and report.ok:
                 continue
             mark, colour = MARK[f.level]
-            click.echo(f"  {click.style(mark, fg=colour)} {report.host}: {f.text}")
-        failed += not report.ok
-    click.echo(f"  {click.style(MARK['warn'][0], fg=MARK['warn'][1])} {EXPOSURE_WARNING}")
-    if failed:
-        click.secho(f"{failed} of {len(reports)} hosts failed the check", fg="red", err=True)
-        sys.exit(EXIT_FAILED)
-    click.secho(f"all {len(reports)} hosts ready", fg="green")
+            echo(f"  {click.style(mark, fg=colour)} {report.host}: {f.text}")
+    echo(f"  {click.style(MARK['warn'][0], fg=MARK['warn'][1])} {EXPOSURE_WARNING}")

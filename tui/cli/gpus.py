@@ -14,7 +14,7 @@ import time
 import click
 
 from tfctl.tui.cli.context import EXIT_FAILED, obj
-from tfctl.tui.cli.output import gpu_objects, gpu_table, print_renderable
+from tfctl.tui.cli.output import console, gpu_objects, gpu_table, print_renderable
 
 
 @click.command()
@@ -63,7 +63,8 @@ def gpus(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
             try:
                 from rich.live import Live
 
-                with Live(auto_refresh=False, screen=False, transient=as_json) as live:
+                with Live(auto_refresh=False, screen=False, transient=as_json,
+                          console=console()) as live:
                     while True:
                         snaps, now = watch.snapshots(), watch.clock()
                         found = watch.findings(now)  # also tracks log progress

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.output import secho
 
 if TYPE_CHECKING:
     from tfctl.remote.runs.controller import RunController
@@ -48,7 +49,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"    {len(run.tasks)} tasks on {', '.join(run.hosts)} · outputs "
                    f"{', '.join(run.outputs) or '–'}")
     for host, why in unreachable.items():
-        click.secho(f"  ✖ {host}: {why} (its runs are not listed)", fg="red", err=True)
+        secho(f"  ✖ {host}: {why} (its runs are not listed)", err=True, fg="red")
 
 
 @click.command()
@@ -73,7 +74,7 @@ def collect(ctx: click.Context, run_id: str | None) -> None:
     for host, got in sorted(result.succeeded.items()):
         click.echo(f"{host}: {got.files_transferred} files → {got.dest}")
     for exc in result.failed.values():
-        click.secho(f"  ✖ {exc.full() if hasattr(exc, 'full') else exc}", fg="red", err=True)
+        secho(f"  ✖ {exc.full() if hasattr(exc, 'full') else exc}", err=True, fg="red")
     if result.failed:
         sys.exit(EXIT_FAILED)
 
@@ -100,7 +101,7 @@ def report(ctx: click.Context, run_id: str | None, out_dir: str | None) -> None:
         run_id, hosts = _run_and_hosts(controller, run_id)
         built = build_report(controller.fleet, run_id, hosts, out_dir)
     for host, why in built.missing_hosts.items():
-        click.secho(f"  ✖ {host}: {why} (the report leaves it out)", fg="yellow", err=True)
+        secho(f"  ✖ {host}: {why} (the report leaves it out)", err=True, fg="yellow")
     for finding in built.findings:
         click.echo(f"{'✖' if finding.level == 'fail' else '⚠'} {finding.text}")
     click.echo(f"report: {built.written.page} ({len(built.written.pngs)} figures as PNG "

@@ -8,16 +8,19 @@ import sys
 
 import click
 
-from tfctl.tui.cli.context import EXIT_USAGE, obj
+from tfctl.tui.cli.context import DEFAULT_INVENTORY, EXIT_USAGE, obj
 
 TEMPLATE = """\
 # tfctl inventory: the machines of your lab and the job to run on them.
 # Check it with `tfctl plan` (nothing contacted) and `tfctl check` (preflight over SSH).
 name: {name}
 defaults:                          # every host gets these unless it overrides them
-  user: {user}
-  port: 22
-  identity_file: ~/.ssh/id_ed25519
+  # user, port and identity_file come from ~/.ssh/config (else: you, 22, your agent and
+  # ~/.ssh/id_*). What the inventory sets wins over ~/.ssh/config, so setting them here
+  # overrides every alias's User, Port and IdentityFile: set them on the hosts that need them.
+  # user: {user}
+  # port: 22
+  # identity_file: ~/.ssh/id_ed25519
   known_hosts: ~/.ssh/known_hosts  # host keys are verified against this file
   workdir: ~/tfctl/{name}          # code is synced here and tasks run here
   python: python3                  # the interpreter with TensorFlow on each host (a venv's?)
@@ -64,7 +67,7 @@ def init(ctx: click.Context, host_list: str, hostfile: str | None, name: str,
     """
     from tfctl.inventory.hostfile import parse_hostfile, read_hostfile
 
-    path = obj(ctx).inventory_path
+    path = obj(ctx).inventory_path or DEFAULT_INVENTORY  # here, never a parent's
     if os.path.exists(path) and not force:
         click.secho(f"error: {path} exists; pass --force to overwrite it", fg="red", err=True)
         sys.exit(EXIT_USAGE)
@@ -80,5 +83,6 @@ def init(ctx: click.Context, host_list: str, hostfile: str | None, name: str,
                            first=hosts[0]["name"])
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
-    click.echo(f"wrote {path} with {len(hosts)} hosts; next: `tfctl -i {path} plan`, then "
-               f"`tfctl -i {path} check`")
+    named = "" if path == DEFAULT_INVENTORY else f" -i {path}"  # found here without -i
+    click.echo(f"wrote {path} with {len(hosts)} hosts; next: `tfctl plan{named}`, then "
+               f"`tfctl check{named}`")

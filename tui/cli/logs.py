@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, complete_tasks, obj
 
 COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_green",
            "bright_yellow", "bright_magenta", "bright_blue")
 
 
 @click.command()
-@click.argument("tasks", nargs=-1)
+@click.argument("tasks", nargs=-1, shell_complete=complete_tasks)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
 @click.option("-n", "--lines", "n_lines", type=int, default=20, show_default=True,
               help="Lines of each log to start from.")
@@ -59,8 +59,16 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
             batch = follower.poll()
 
 
+def _complete_host_list(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+    """`--hosts a,b`: the inventory's host names after the commas typed (shell completion)."""
+    from tfctl.tui.cli.setup import complete_hosts_list
+
+    return complete_hosts_list(ctx, param, incomplete)
+
+
 @click.command("exec")
-@click.option("--hosts", "only", default="", help="Comma-separated host names (default: all).")
+@click.option("--hosts", "only", default="", shell_complete=_complete_host_list,
+              help="Comma-separated host names (default: all).")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_context
 def exec_(ctx: click.Context, only: str, command: tuple[str, ...]) -> None:

@@ -3,16 +3,28 @@
 Heavy imports (paramiko, textual) happen inside the commands that need them, so `tfctl --help` and
 `tfctl plan` start fast. Errors of the project are caught once, here, and printed as one
 sentence: exit 2 for usage and inventory mistakes, 1 for a failure on a host, 130 for Ctrl-C.
+The group's options are also taken after the subcommand (`with_global_options`), and click's
+own shell completion (`_TFCTL_COMPLETE=bash_source tfctl`) completes commands, options and,
+through `context.complete_hosts`, the inventory's names.
 """
 
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Context, obj
+from tfctl.tui.cli.context import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    GIVEN,
+    Context,
+    obj,
+)
 
 # Commands import these from `tfctl.tui.cli.context` (no cycle with this module); re-exported
 # for code written against main.
@@ -29,7 +41,7 @@ class TfctlGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS or not _available(name):
             return None
-        return _lazy_command(*COMMANDS[name])
+        return with_global_options(_lazy_command(*COMMANDS[name]))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -67,9 +79,9 @@ def _message(exc: Exception) -> str:
 
 @click.group(cls=TfctlGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-i", "--inventory", "inventory_path", envvar="TFCTL_INVENTORY",
-              default="cluster.yaml", show_default=True, metavar="FILE",
-              help="The cluster inventory (or set TFCTL_INVENTORY).")
+@click.option("-i", "--inventory", "inventory_path", envvar="TFCTL_INVENTORY", metavar="FILE",
+              help="The cluster inventory (or set TFCTL_INVENTORY; default: cluster.yaml here "
+                   "or in a parent folder).")
 @click.option("--hostfile", metavar="FILE",
               help="Take the hosts from a machinefile (`h slots=4`) or `h1:4,h2:2` file.")
 @click.option("--connect-timeout", "connect_timeout_s", type=click.FloatRange(min=0.1),
@@ -77,20 +89,26 @@ def _message(exc: Exception) -> str:
               show_default=True, envvar="TFCTL_CONNECT_TIMEOUT", help="SSH connect timeout, s.")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Record host keys not yet in known_hosts (a changed key is always refused).")
+@click.option("--color/--no-color", "color", default=None,
+              help="Colour the output even when it is not a terminal, or never (default: on a "
+                   "terminal, unless NO_COLOR is set).")
 @click.version_option("0.1.0", prog_name="tfctl")
 @click.pass_context
-def main(ctx: click.Context, inventory_path: str, hostfile: str | None,
-         connect_timeout_s: float, accept_new_host_keys: bool) -> None:
+def main(ctx: click.Context, inventory_path: str | None, hostfile: str | None,
+         connect_timeout_s: float, accept_new_host_keys: bool, color: bool | None) -> None:
     """Run distributed TensorFlow on your lab's GPU machines from one inventory file.
+
+    The options below are accepted after the subcommand too (`tfctl up -i lab.yaml`).
 
     \b
     Example:
-      tfctl -i cluster.yaml plan      # what would run where, nothing contacted
+      tfctl plan -i cluster.yaml      # what would run where, nothing contacted
       tfctl check                     # preflight every host
       tfctl up && tfctl ui            # start the job, watch it
       tfctl down                      # stop exactly what `up` started
     """
-    ctx.obj = Context(inventory_path, hostfile, connect_timeout_s, accept_new_host_keys)
+    ctx.obj = Context(inventory_path, hostfile, connect_timeout_s, accept_new_host_keys, color)
+    _apply_colour(ctx)
     if ctx.invoked_subcommand is None:
         ctx.invoke(_lazy_command("tfctl.tui.cli.ui", "ui"))
 
@@ -128,6 +146,92 @@ def run() -> None:
     os._exit(code or 0)
 
 
+def with_global_options(command: click.Command) -> click.Command:
+    """`command`, also taking the group's options after its name, where people type them.
+
+    `tfctl up -i lab.yaml` as well as `tfctl -i lab.yaml up`, as git, kubectl and ssh accept
+    them. The copies take no value of their own (no default, no environment variable): one given
+    after the subcommand overrides the group's `Context`, which already holds the value given
+    before it, or the environment's, or the default. A spelling the command already uses for an
+    option of its own stays the command's. Added once per command object (and to the commands
+    of a group, `tfctl export -i lab.yaml slurm`); `--help` lists them as "Global options".
+    """
+    if getattr(command, "_tfctl_globals", False):
+        return command
+    taken = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    for param in main.params:
+        if isinstance(param, click.Option) and param.name != "version":
+            copy = _after_subcommand(param, taken)
+            if copy is not None:
+                command.params.append(copy)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_global_options(sub)
+    command.format_options = types.MethodType(_format_options, command)  # type: ignore[method-assign]
+    command._tfctl_globals = True  # type: ignore[attr-defined]
+    return command
+
+
+class GlobalOption(click.Option):
+    """A copy of one of `main`'s options on a subcommand (`with_global_options`)."""
+
+
+def _after_subcommand(option: click.Option, taken: set[str]) -> GlobalOption | None:
+    name = option.name or ""
+
+    def override(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is None or (value is False and not option.secondary_opts):
+            return  # not given after the subcommand: the group's value stands
+        ctx.meta[GIVEN + name] = value  # for completion, where the group's callback never ran
+        shared = ctx.find_object(Context)
+        if shared is not None:
+            setattr(shared, name, value)
+        if name == "color":
+            _apply_colour(ctx)
+
+    opts = [o for o in option.opts if o not in taken]
+    if option.secondary_opts:  # --color/--no-color: both spellings free, or none
+        if opts != option.opts or any(o in taken for o in option.secondary_opts):
+            return None
+        opts = [f"{option.opts[-1]}/{option.secondary_opts[-1]}"]
+    if not opts:
+        return None
+    # Its own parameter name: a command's option of the same name (init's `hostfile`) stays apart.
+    return GlobalOption([*opts, f"tfctl_global_{name}"], type=option.type, is_flag=option.is_flag,
+                        metavar=option.metavar,
+                        default=None if not option.is_flag or option.secondary_opts else False,
+                        expose_value=False, callback=override, help=option.help)
+
+
+def _format_options(self: click.Command, ctx: click.Context,
+                    formatter: click.HelpFormatter) -> None:
+    """click's `Command.format_options`, with the copies of the group's options apart."""
+    rows: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+    for param in self.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is not None and not isinstance(param, click.Argument):
+            rows[isinstance(param, GlobalOption)].append(record)
+    for title, records in (("Options", rows[False]),
+                           ("Global options (before or after the command)", rows[True])):
+        if records:
+            with formatter.section(title):
+                formatter.write_dl(records)
+    if isinstance(self, click.Group):
+        self.format_commands(ctx, formatter)
+
+
+def _apply_colour(ctx: click.Context) -> None:
+    """The one colour decision (`output.colour_choice`) on click's contexts, for every
+    `click.secho` of the commands (click.Context.color)."""
+    from tfctl.tui.cli.output import colour_choice
+
+    choice = colour_choice()
+    here: click.Context | None = ctx
+    while here is not None:
+        here.color = choice
+        here = here.parent
+
+
 def _lazy_command(module: str, name: str) -> click.Command:
     import importlib
 
@@ -139,6 +243,7 @@ def _lazy_command(module: str, name: str) -> click.Command:
 # those modules keep paramiko/textual imports inside their functions.
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("tfctl.tui.cli.plan", "plan"),
+    "export": ("tfctl.tui.cli.plan", "export"),
     "init": ("tfctl.tui.cli.init", "init"),
     "check": ("tfctl.tui.cli.check", "check"),
     "sync": ("tfctl.tui.cli.run", "sync"),

@@ -1,17 +1,32 @@
-"""What the headless commands print: `say` (progress on stderr) and the rich tables (plan,
-status, GPUs) and the GPUs' JSON.
+"""What the headless commands print: `say` (progress on stderr), the rich tables (plan, status,
+GPUs), the JSON, and the one decision about colour.
 
-Display choices (colours, column order, what counts as a warning) live here, not in `remote/`.
+Colour (`colour_choice`): `--color`/`--no-color` wins, else `NO_COLOR` set to anything but ""
+turns it off (https://no-color.org), else each stream is coloured when it is a terminal. Every
+message goes through it: `say`, `echo` and friends pass it to click, `console()` builds rich's
+consoles with it, and the group sets it on click's context for the commands that call
+`click.secho` themselves (click.Context.color, https://click.palletsprojects.com/en/stable/api/).
+
+While a live progress view runs (`tfctl.tui.progress`), `set_sink` routes these lines above it,
+so nothing printed today is lost on a terminal. Display choices (colours, column order, what
+counts as a warning) live here, not in `remote/`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from tfctl.tui.cli.context import Context
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -21,14 +36,123 @@ if TYPE_CHECKING:
     from tfctl.remote.gpus.history import HostTelemetry
     from tfctl.remote.gpus.owners import Owner
     from tfctl.remote.runs.status import RunStatus
+    from tfctl.tui.progress import Steps
 
 STATE_STYLE = {"running": "green", "exited": "yellow", "killed": "red", "lost": "red",
                "stopped": "dim", "starting": "cyan", "unreachable": "red"}
+Sink = Callable[[str, bool], None]
+_sink: Sink | None = None
+_flag: bool | None = None
+"""--color/--no-color as last seen in click's context, for lines said from the fleet's threads
+(click's context is per thread)."""
+
+
+# ---------------------------------------------------------------- colour
+
+def colour_choice() -> bool | None:
+    """True/False when colour is decided for every stream (flag, then NO_COLOR); None: each
+    stream is coloured if it is a terminal."""
+    global _flag
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        shared = ctx.find_object(Context)
+        _flag = shared.color if shared is not None else None
+    if _flag is not None:
+        return _flag
+    if os.environ.get("NO_COLOR", ""):
+        return False
+    return None
+
+
+def colour_enabled(err: bool = False) -> bool:
+    """Whether a line on stderr (`err`) or stdout gets colour now."""
+    choice = colour_choice()
+    if choice is not None:
+        return choice
+    return _isatty(sys.stderr if err else sys.stdout)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console for stdout (or stderr) that follows `colour_choice`."""
+    return _console(stderr, colour_choice(), _isatty(sys.stderr if stderr else sys.stdout))
+
+
+@functools.lru_cache(maxsize=8)
+def _console(stderr: bool, choice: bool | None, tty: bool) -> Console:
+    from rich.console import Console  # rich only for the tables, not for `tfctl --help`
+
+    if choice is None:
+        return Console(highlight=False, stderr=stderr)
+    if choice:
+        return Console(highlight=False, stderr=stderr, force_terminal=True,
+                       color_system="auto" if tty else "standard")
+    return Console(highlight=False, stderr=stderr, color_system=None, no_color=True)
+
+
+# ---------------------------------------------------------------- lines
+
+def set_sink(sink: Sink | None) -> None:
+    """Route every line of this module to `sink(line, err)` (a live view), or back (None)."""
+    global _sink
+    _sink = sink
+
+
+def echo(text: str, err: bool = False) -> None:
+    """One line on stdout (or stderr), coloured or not by `colour_choice`."""
+    sink = _sink
+    if sink is not None:
+        sink(text, err)
+    else:
+        click.echo(text, err=err, color=colour_choice())
+
+
+def secho(text: str, err: bool = False, **style: Any) -> None:
+    echo(click.style(text, **style), err=err)
+
+
+def live_wanted() -> bool:
+    """Live rows only where a person watches: stdout and stderr both terminals, TERM not dumb."""
+    return _isatty(sys.stdout) and _isatty(sys.stderr) and os.environ.get("TERM") != "dumb"
+
+
+@contextlib.contextmanager
+def live_steps(title: str, hosts: Sequence[str], steps: Sequence[str],
+               task_hosts: Mapping[str, str] | None = None,
+               launch_hosts: Sequence[str] | None = None, enabled: bool = True
+               ) -> Iterator[Steps | None]:
+    """Live rows (`tfctl.tui.progress`) under the lines this module prints, erased at the end;
+    None (plain lines only) when not `enabled` or not `live_wanted()`."""
+    if not enabled or not live_wanted():
+        yield None
+        return
+    from tfctl.tui.progress import LiveView, Rows, Steps
+
+    rows = Rows()
+    tracker = Steps(rows, hosts, steps, task_hosts, launch_hosts)
+    with LiveView(rows, title, console(stderr=True)) as view:
+        set_sink(view.print_above)
+        try:
+            yield tracker
+        finally:
+            set_sink(None)
+
+
+def print_json(data: Any) -> None:
+    """One JSON object on one line of stdout (`--json`; the README's "Machine-readable
+    output" gives each command's)."""
+    click.echo(json.dumps(data, default=str))
 
 
 def say(text: str, who: str = "tfctl") -> None:
     """One line of progress on stderr: `tfctl: text` (`demo: text` for `tfctl demo`)."""
-    click.echo(click.style(f"{who}: ", fg="cyan") + text, err=True)
+    echo(click.style(f"{who}: ", fg="cyan") + text, err=True)
 
 
 def warn(text: str) -> None:
@@ -48,27 +172,25 @@ def report_failures(failed: Iterable[object]) -> None:
     """One red `✖` line per error (with its output tail where it has one), on stderr."""
     for exc in failed:
         full = getattr(exc, "full", None)
-        click.secho(f"  ✖ {full() if callable(full) else exc}", fg="red", err=True)
+        secho(f"  ✖ {full() if callable(full) else exc}", err=True, fg="red")
 
 
-@functools.lru_cache(maxsize=1)
-def _console() -> Console:
-    from rich.console import Console  # rich only for the tables, not for `tfctl --help`
-
-    return Console(highlight=False)
+def error_line(exc: object) -> str:
+    """An error's one-line message (no output tail), for stderr under `--json`."""
+    return f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def plan_table(plan: Plan) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = _console()
+    out = console()
     inv = plan.inventory
-    console.print(f"[bold]{inv.name}[/] · style {inv.job.style} · {len(inv.hosts)} hosts · "
-                  f"{len(plan.tasks)} tasks")
+    out.print(f"[bold]{inv.name}[/] · style {inv.job.style} · {len(inv.hosts)} hosts · "
+              f"{len(plan.tasks)} tasks")
     for kind in ("ps", "worker", "chief"):
         if kind in plan.cluster:
-            console.print(f"  {kind}_hosts={','.join(plan.cluster[kind])}", soft_wrap=True)
+            out.print(f"  {kind}_hosts={','.join(plan.cluster[kind])}", soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False)
     for col in ("task", "host", "address", "port", "mask", "command"):
         table.add_column(col, overflow="fold")
@@ -76,9 +198,9 @@ def plan_table(plan: Plan) -> None:
         mask = repr(t.cuda_visible_devices) if t.cuda_visible_devices == "" \
             else t.cuda_visible_devices
         table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, Text(t.command))
-    console.print(table)
+    out.print(table)
     for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {w}")
 
 
 def status_table(st: RunStatus) -> None:
@@ -95,7 +217,9 @@ def status_table(st: RunStatus) -> None:
     for host, why in st.unreachable.items():
         table.add_row("*", host, "–", Text("unreachable", style="red"), "–", "–",
                       Text(why[-70:]))
-    _console().print(table)
+    console().print(table)
+    for host in st.unreachable:  # in full below the table, whose columns would cut it short
+        secho(f"{host} {st.reach_words(host, time.time())}: its tasks are unknown", fg="red")
 
 
 def _duration(seconds: float | None) -> str:
@@ -114,7 +238,7 @@ GPU_STATE_STYLE = {"ok": "green", "stale": "yellow", "no_gpus": "dim", "error": 
 
 
 def print_renderable(renderable: RenderableType) -> None:
-    _console().print(renderable)
+    console().print(renderable)
 
 
 def gpu_objects(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[str, str], Owner],
@@ -123,7 +247,7 @@ def gpu_objects(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[st
     out: list[dict[str, Any]] = []
     for host, snap in snapshots.items():
         head = {"host": host, "state": snap.state(now).value, "error": snap.error,
-                "staleness_s": _round(snap.staleness_s(now))}
+                "staleness_s": _round(snap.staleness_s(now)), **snap.reach_json(now, time.time())}
         if not snap.gpus:
             out.append({**head, "index": None, "uuid": None, "owner": None, "owner_kind": None})
             continue
@@ -155,8 +279,8 @@ def gpu_table(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[str,
     for host, snap in snapshots.items():
         state = snap.state(now).value
         if not snap.gpus or state != "ok":
-            note = {"no_gpus": "no GPUs", "stale": _stale_note(snap, now)}.get(
-                state, f"{snap.error}")
+            note = "unreachable" if snap.unreachable else {
+                "no_gpus": "no GPUs", "stale": _stale_note(snap, now)}.get(state, f"{snap.error}")
             table.add_row(host, "–", Text(note, style=GPU_STATE_STYLE[state]), *[""] * 5)
         for gpu in snap.gpus:
             owner = owners.get((host, gpu.uuid))
@@ -169,9 +293,12 @@ def gpu_table(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[str,
                 _num(gpu.temperature_c, "°C"), _num(gpu.power_draw_w, "W"),
                 Text(owner.label if owner else "?",
                      style="red" if owner and owner.foreign else ""))
+    silent = [Text(f"✖ {host} {words}: its GPUs show their last samples", style="red")
+              for host, snap in snapshots.items() if (words := snap.reach_words(now, time.time()))]
     lines = [Text(("✖ " if f.level == "error" else "⚠ ") + f.text,
-                  style="red" if f.level == "error" else "yellow") for f in findings]
-    return Group(table, *lines)
+                  style="red" if f.level == "error" else "yellow") for f in findings
+             if not (silent and getattr(f, "kind", "") == "stream_unreachable")]
+    return Group(table, *silent, *lines)
 
 
 def _stale_note(snap: HostTelemetry, now: float) -> str:

@@ -1,7 +1,7 @@
 """The core loop's commands: `sync`, `up`, `wait`, `status`, `down`.
 
 Ctrl-C or SIGTERM during `up`, before it says "is up", stops whatever this run started, says
-what it stopped, and exits 130 (see `_rollback_on_interrupt`); once it is up (`up --wait`) an
+what it stopped, and exits 130 (see `setup.rollback_on_interrupt`); once it is up (`up --wait`) an
 interrupt leaves the run running.
 """
 
@@ -9,22 +9,38 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import sys
+import time
 from collections.abc import Iterator
-from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED, obj
-from tfctl.tui.cli.output import report_failures, say, say_event
+from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.output import (
+    echo,
+    error_line,
+    live_steps,
+    print_json,
+    report_failures,
+    say,
+    secho,
+)
+from tfctl.tui.cli.setup import (
+    CliUpHooks,
+    complete_hosts_list,
+    rollback_on_interrupt,
+    selection,
+    step_rows,
+)
 
 if TYPE_CHECKING:
+    from tfctl.inventory.subset import Selection
     from tfctl.remote.errors import GpusBusy
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.runs.controller import DownSummary, RunController, WaitResult
     from tfctl.remote.runs.status import RunStatus
-    from tfctl.tui.cli.setup import CliUpHooks
+
+JSON_HELP = "Print one JSON object on stdout (progress stays on stderr); see the README."
 
 
 def _controller(ctx: click.Context) -> RunController:
@@ -37,25 +53,61 @@ def _controller(ctx: click.Context) -> RunController:
 @click.command()
 @click.option("--delete", is_flag=True, help="Also delete files in the workdir that the source "
               "no longer has (outputs and run dirs are kept).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def sync(ctx: click.Context, delete: bool) -> None:
+def sync(ctx: click.Context, delete: bool, as_json: bool) -> None:
     """Copy the job's source folder to every host's workdir (incremental, parallel).
 
     \b
     Example:
       tfctl -i cluster.yaml sync
+      tfctl sync --json | jq '.hosts | map_values(.files_transferred)'
     """
-    with _controller(ctx) as controller:
+    from tfctl.tui.cli.setup import sync_json
+
+    with _controller(ctx) as controller, _one_line_errors(as_json):
         if not controller.inventory.job.sync.enabled:
+            if as_json:
+                print_json(sync_json(None, enabled=False))
+                return
             say("sync is off in the inventory (`sync: false`)")
             return
-        result = controller.sync_report(delete=delete, on_event=say)
+        hosts = [h.name for h in controller.inventory.hosts]
+        with live_steps("tfctl sync", hosts, ("sync",), enabled=not as_json) as rows:
+            def on_event(text: str) -> None:
+                if rows is not None:
+                    host, _, what = text.partition(": ")
+                    rows.host_event("sync", host, what)
+                say(text)
+
+            result = controller.sync_report(delete=delete, on_event=on_event)
+    if as_json:
+        print_json(sync_json(result))
+        for exc in result.failed.values():
+            echo(error_line(exc), err=True)
+        if result.failed:
+            sys.exit(EXIT_FAILED)
+        return
     for host, r in result.succeeded.items():
         note = f" ({r.note})" if r.note else ""
         click.echo(f"{host}: {r.method} {r.files_transferred} files, {r.bytes_transferred} bytes"
                    f" → {r.dest}{note}")
     if result.failed:
         report_failures(result.failed.values())
+        sys.exit(EXIT_FAILED)
+
+
+@contextlib.contextmanager
+def _one_line_errors(as_json: bool) -> Iterator[None]:
+    """Under --json a failure on a host is one line on stderr (`error: h1: what`), exit 1."""
+    from tfctl.remote.errors import RemoteError
+
+    try:
+        yield
+    except RemoteError as exc:
+        if not as_json:
+            raise
+        echo(error_line(exc), err=True)
         sys.exit(EXIT_FAILED)
 
 
@@ -73,117 +125,126 @@ def sync(ctx: click.Context, delete: bool) -> None:
               "task starts at once, since TensorFlow's workers and chief wait for their ps.")
 @click.option("--all-at-once", is_flag=True, hidden=True,
               help="The default now; kept so that scripts written for it still run.")
+@click.option("--only", multiple=True, metavar="HOST[,HOST...]", shell_complete=complete_hosts_list,
+              help="Run on these hosts of the inventory only (the plan is made over them).")
+@click.option("--exclude", multiple=True, metavar="HOST[,HOST...]",
+              shell_complete=complete_hosts_list, help="Leave these hosts out of this run.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
-       force: bool, ps_first: bool, all_at_once: bool) -> None:
+       force: bool, ps_first: bool, all_at_once: bool, only: tuple[str, ...],
+       exclude: tuple[str, ...], as_json: bool) -> None:
     """Sync, run job.setup (cached), check the GPUs are free, start every task at once.
 
     On any failure everything started is stopped again. GPUs in use by other processes are
-    refused unless --force.
+    refused unless --force. With --only/--exclude the run uses part of the lab; `status`,
+    `logs` and `down` then act on the hosts it used.
 
     \b
     Example:
       tfctl -i cluster.yaml up
       tfctl -i cluster.yaml up --wait && echo "job succeeded"
+      tfctl up --exclude h3            # h3 is down today
+      tfctl up --json | jq -r .run_id
     """
     from tfctl.remote.errors import GpusBusy, RemoteError
-    from tfctl.remote.runs.controller import UpOptions
-    from tfctl.tui.cli.setup import CliUpHooks
-
+    from tfctl.remote.runs.controller import RunController, UpOptions
     options = UpOptions(sync=not no_sync, force_setup=force_setup, force=force,
                         ps_first=ps_first and not all_at_once, start_timeout_s=start_timeout)
-    hooks = CliUpHooks()
-    controller = _controller(ctx)
-    with controller, _rollback_on_interrupt(controller, hooks) as guard:
+    chosen = selection(ctx, only, exclude)
+    for note in chosen.notes:
+        say(f"warning: {note} (--only/--exclude)")
+    hooks = CliUpHooks(as_json)
+    controller = RunController(chosen.inventory, obj(ctx).ssh_options())
+    with controller, rollback_on_interrupt(controller, hooks) as guard, \
+            _one_line_errors(as_json):
         try:
-            run_id = controller.up(options, say_event, hooks=hooks)
+            with step_rows(controller, options, hooks, "tfctl up", launch=True) as on_event:
+                run_id = controller.up(options, on_event, hooks=hooks)
         except GpusBusy as exc:
-            _refuse_busy(exc)
+            _refuse_busy(exc, as_json)
             say("nothing was started")
             sys.exit(EXIT_FAILED)
-        except RemoteError:
+        except RemoteError as exc:
             if hooks.run_id is not None or not hooks.reported_failure:
+                if as_json:
+                    echo(error_line(exc), err=True)
+                    sys.exit(EXIT_FAILED)
                 raise
             say("nothing was started")  # sync or setup failed, and said how
             sys.exit(EXIT_FAILED)
         assert controller.up_status is not None
-        _print_status(controller.up_status)
-        click.echo(f"run {run_id} is up · `tfctl logs -f` to follow · `tfctl down` to stop")
+        up_line = f"run {run_id} is up · `tfctl logs -f` to follow · `tfctl down` to stop"
+        if as_json:
+            say(up_line)
+        else:
+            _print_status(controller.up_status)
+            click.echo(up_line)
         guard.is_up = True
+        if not as_json:
+            if wait_:
+                sys.exit(_wait(controller))
+            return
+        data = _up_json(controller.up_status, chosen)
+        code = 0
         if wait_:
-            sys.exit(_wait(controller))
+            code, data["wait"] = _wait_json(controller)
+        print_json(data)
+        sys.exit(code)
 
 
-def _refuse_busy(exc: GpusBusy) -> None:
-    click.secho("error: GPUs the plan assigns are in use by other processes:", fg="red",
-                err=True)
+def _up_json(st: RunStatus, chosen: Selection) -> dict[str, Any]:
+    return {"run_id": st.run_id, "inventory": chosen.inventory.name,
+            "hosts": sorted({t.host for t in st.tasks}, key=[h.name for h in
+                                                             chosen.inventory.hosts].index),
+            "left_out": list(chosen.left_out), "notes": list(chosen.notes),
+            "tasks": [_task_json(t) for t in st.tasks]}
+
+
+def _task_json(t: Any) -> dict[str, Any]:
+    data = dict(t.__dict__)
+    data["last_lines"] = list(t.last_lines)
+    return data
+
+
+def _refuse_busy(exc: GpusBusy, as_json: bool = False) -> None:
+    if as_json:
+        echo(error_line(exc), err=True)
+        return
+    secho("error: GPUs the plan assigns are in use by other processes:", err=True, fg="red")
     for line in exc.holders:
-        click.secho(f"  ✖ {line}", fg="red", err=True)
-    click.echo(f"free GPUs instead: {exc.free}", err=True)
-    click.echo("select free GPUs with `gpus: [...]` for those hosts in the inventory, or run "
-               "`tfctl up --force` to launch anyway", err=True)
-
-
-class _UpGuard:
-    """How far `up` got, for its interrupt handler. The first SIGINT/SIGTERM raises
-    KeyboardInterrupt; later ones are ignored until the run is up, so a second Ctrl-C cannot
-    cut the rollback short and leave half a job behind."""
-
-    def __init__(self, hooks: CliUpHooks) -> None:
-        self.hooks = hooks
-        self.is_up = False
-        self.signals = 0
-
-    @property
-    def run_id(self) -> str | None:
-        """The run id `up` chose (set just before any task starts), or None."""
-        return self.hooks.run_id
-
-    def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals += 1
-        if self.signals == 1 or self.is_up:
-            raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[_UpGuard]:
-    """Ctrl-C/SIGTERM before the run is up: stop what it started, say so, exit 130."""
-    from tfctl.remote.runs.launch import Interrupted
-
-    guard = _UpGuard(hooks)
-    previous = {sig: signal.signal(sig, guard.on_signal) for sig in (signal.SIGINT,
-                                                                      signal.SIGTERM)}
-    try:
-        yield guard
-    except KeyboardInterrupt as exc:
-        if guard.is_up:
-            say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
-        elif guard.run_id is None:
-            say("interrupted before any task was started: nothing to clean up")
-        elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
-            say(f"interrupted: {controller.rollback(guard.run_id)}")
-        sys.exit(EXIT_INTERRUPTED)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        secho(f"  ✖ {line}", err=True, fg="red")
+    echo(f"free GPUs instead: {exc.free}", err=True)
+    echo("select free GPUs with `gpus: [...]` for those hosts in the inventory, or run "
+         "`tfctl up --force` to launch anyway", err=True)
 
 
 @click.command()
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def wait(ctx: click.Context, timeout: float | None) -> None:
+def wait(ctx: click.Context, timeout: float | None, as_json: bool) -> None:
     """Block until the current job ends; stop its parameter servers; exit with its status.
 
     \b
     Example:
       tfctl up && tfctl wait; echo "job exit status $?"
+      tfctl wait --json | jq .exit_code
     """
-    with _controller(ctx) as controller:
-        sys.exit(_wait(controller, timeout))
+    with _controller(ctx) as controller, _one_line_errors(as_json):
+        if not as_json:
+            sys.exit(_wait(controller, timeout))
+        code, data = _wait_json(controller, timeout)
+        print_json(data)
+        sys.exit(code)
 
 
 def _wait(controller: RunController, timeout: float | None = None) -> int:
-    result = controller.wait(timeout)
+    return _said_wait(controller.wait(timeout), timeout)
+
+
+def _said_wait(result: WaitResult | None, timeout: float | None) -> int:
+    """What `wait` says on stderr (in --json too), and its exit status."""
     if result is None:
         say("no run found")
         return EXIT_FAILED
@@ -196,6 +257,18 @@ def _wait(controller: RunController, timeout: float | None = None) -> int:
         say(f"job ended: stopped {', '.join(result.stopped)}")
     say(f"run {result.run_id} finished with exit status {result.exit_code}")
     return int(result.exit_code or 0)
+
+
+def _wait_json(controller: RunController, timeout: float | None = None
+               ) -> tuple[int, dict[str, Any]]:
+    result = controller.wait(timeout)
+    code = _said_wait(result, timeout)
+    if result is None:
+        return code, {"run_id": None, "ended": False, "exit_code": None, "fatal": None,
+                      "stopped": [], "timed_out": False}
+    return code, {"run_id": result.run_id, "ended": result.ended,
+                  "exit_code": result.exit_code, "fatal": result.fatal,
+                  "stopped": list(result.stopped), "timed_out": result.timed_out}
 
 
 @click.command()
@@ -214,11 +287,16 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
     from tfctl.remote.runs.failure import explain
     from tfctl.remote.runs.status import describe_fatal
 
-    with _controller(ctx) as controller:
+    with _controller(ctx) as controller, _one_line_errors(as_json):
         if run_id:
             controller.select_run(run_id)
         report = controller.status_report(tail=STATUS_TAIL_LINES)
     if report is None:
+        if as_json:
+            click.echo(json.dumps({"run_id": None, "source": None, "job_ended": False,
+                                   "exit_code": None, "fatal": None, "stopped": [],
+                                   "unreachable": {}, "tasks": []}, indent=2))
+            return
         click.echo("no run yet: start one with `tfctl up`")
         return
     st, run, stopped = report.status, report.run, list(report.stopped)
@@ -228,7 +306,8 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "job_ended": st.job_ended, "exit_code": st.exit_code,
                                "fatal": fatal, "stopped": stopped,
                                "unreachable": dict(st.unreachable),
-                               "tasks": [t.__dict__ for t in st.tasks]}, indent=2))
+                               "hosts": st.reach(run.hosts, time.time()),
+                               "tasks": [_task_json(t) for t in st.tasks]}, indent=2))
         return
     click.echo(f"run {st.run_id} (from the {run.source})")
     _print_status(st)
@@ -240,7 +319,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
             if failure.hint:
                 click.echo(f"  hint: {failure.hint}")
     if fatal:
-        click.secho(fatal, fg="red", bold=True)
+        secho(fatal, fg="red", bold=True)
     if stopped:
         click.echo(f"job ended: stopped {', '.join(stopped)}")
 
@@ -257,17 +336,30 @@ def _print_status(st: RunStatus) -> None:
 @click.command()
 @click.option("--grace", type=float, default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def down(ctx: click.Context, grace: float) -> None:
+def down(ctx: click.Context, grace: float, as_json: bool) -> None:
     """Stop exactly the current run's processes on every host (TERM, grace, KILL, verify).
 
     \b
     Example:
       tfctl down
       tfctl down --grace 2
+      tfctl down --json | jq -e .clean
     """
-    with _controller(ctx) as controller:
-        summary = controller.down(grace_s=grace)
+    with _controller(ctx) as controller, _one_line_errors(as_json), \
+            live_steps("tfctl down", [], (), enabled=not as_json) as rows:
+        summary = controller.down(grace_s=grace, on_event=None if rows is None else rows.event)
+    if as_json:
+        print_json(_down_json(summary))
+        for exc in summary.errors.values():
+            echo(error_line(exc), err=True)
+        if summary.problems:
+            echo(f"error: processes of run {summary.run_id} survived SIGKILL on "
+                 f"{', '.join(summary.problems)}", err=True)
+        if summary.errors or summary.problems:
+            sys.exit(EXIT_FAILED)
+        return
     if summary.run_id is None:
         click.echo("nothing to stop: no run found")
         return
@@ -278,10 +370,19 @@ def down(ctx: click.Context, grace: float) -> None:
     elif not summary.errors:
         click.echo(f"run {summary.run_id}: nothing to stop (already down)")
     for host, r in summary.problems.items():
-        click.secho(f"  ✖ {host}: still alive after SIGKILL: pids {list(r.remaining_pids)}; "
-                    f"holding GPU memory: {list(r.gpu_pids)}", fg="red", err=True)
+        secho(f"  ✖ {host}: still alive after SIGKILL: pids {list(r.remaining_pids)}; "
+              f"holding GPU memory: {list(r.gpu_pids)}", err=True, fg="red")
     if summary.errors:
         report_failures(summary.errors.values())
-        click.secho("run `tfctl down` again once those hosts are back", fg="red", err=True)
+        secho("run `tfctl down` again once those hosts are back", err=True, fg="red")
     if summary.errors or summary.problems:
         sys.exit(EXIT_FAILED)
+
+
+def _down_json(summary: DownSummary) -> dict[str, Any]:
+    return {"run_id": summary.run_id, "stopped": list(summary.stopped),
+            "killed_after_grace": list(summary.killed_after_grace),
+            "unreachable": list(summary.unreachable),
+            "problems": {h: {"remaining_pids": list(r.remaining_pids),
+                             "gpu_pids": list(r.gpu_pids)} for h, r in summary.problems.items()},
+            "errors": {h: str(e) for h, e in summary.errors.items()}, "clean": summary.clean}

@@ -1,46 +1,78 @@
-"""`tfctl setup`, and how `up` prints its pre-launch steps (`CliUpHooks`): sync and setup.
+"""`tfctl setup`, and `up`'s steps around its launch: which hosts (`--only`/`--exclude`, see
+`tfctl.inventory.subset`), how it prints sync and setup (`CliUpHooks`), and its rollback on
+Ctrl-C (`rollback_on_interrupt`).
 
 Progress goes to stderr (`tfctl: setup h1: [1/2] python3 -m venv .venv`), one summary line per
 host to stdout, failures to stderr with the host, the command, its exit status and the last
-lines of its log.
+lines of its log. On a terminal the same steps also show as live rows (`tfctl.tui.progress`);
+with `--json` the summaries go to stderr and stdout gets one JSON object (`setup_json`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, obj
-from tfctl.tui.cli.output import report_failures, say, say_event
+from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED, obj
+from tfctl.tui.cli.output import (
+    echo,
+    error_line,
+    live_steps,
+    print_json,
+    report_failures,
+    say,
+    say_event,
+)
 
 if TYPE_CHECKING:
+    from tfctl.inventory.subset import Selection
     from tfctl.remote.connect.fleet import FleetResult
     from tfctl.remote.errors import RemoteError
+    from tfctl.remote.runs.controller import RunController, UpOptions
     from tfctl.remote.runs.setup import SetupOutcome
     from tfctl.remote.sync.result import SyncResult
+    from tfctl.tui.progress import Steps
 
 
 class CliUpHooks:
     """Prints what the controller's sync and setup steps did, as `tfctl setup`/`up` always did;
-    remembers whether it reported a failure (then the caller says so and exits 1)."""
+    remembers whether it reported a failure (then the caller says so and exits 1), and what the
+    steps returned (for `--json`); moves the live rows on (`steps`) when there are some."""
 
-    def __init__(self) -> None:
+    def __init__(self, as_json: bool = False) -> None:
         self.reported_failure = False
         self.run_id: str | None = None
+        self.as_json = as_json
+        self.steps: Steps | None = None
+        self.sync_result: FleetResult[SyncResult] | None = None
+        self.setup_result: FleetResult[SetupOutcome] | None = None
+        self.setup_errors: list[RemoteError] = []
+        self.setup_seconds = 0.0
 
     def synced(self, result: FleetResult[SyncResult]) -> None:
+        self.sync_result = result
+        if self.steps is not None:
+            self.steps.step_ended("sync", failed=result.failed)
         if result.failed:
-            report_failures(result.failed.values())
+            self._failures(result.failed.values())
             self.reported_failure = True
 
     def setup_done(self, result: FleetResult[SetupOutcome], errors: list[RemoteError],
                    seconds: float) -> None:
+        self.setup_result, self.setup_errors, self.setup_seconds = result, errors, seconds
+        if self.steps is not None:
+            self.steps.step_ended("setup", failed=[e.host for e in errors])
         for outcome in result.succeeded.values():
             if outcome.ok:
-                click.echo(outcome.summary())
-        report_failures(errors)
+                echo(outcome.summary(), err=self.as_json)  # stdout is for the JSON
+        self._failures(errors)
         ran = sum(o.state == "done" for o in result.succeeded.values())
         skipped = sum(o.state == "skipped" for o in result.succeeded.values())
         say(f"setup: {ran} ran, {skipped} skipped, {len(errors)} failed in {seconds:.1f} s")
@@ -48,14 +80,79 @@ class CliUpHooks:
 
     def run_started(self, run_id: str) -> None:
         self.run_id = run_id
+        if self.steps is not None:
+            self.steps.run_started(run_id)
         say(f"run {run_id}")
+
+    def _failures(self, errors: Any) -> None:
+        if self.as_json:  # one line each, the output tails stay out of the way
+            for exc in errors:
+                echo(error_line(exc), err=True)
+        else:
+            report_failures(errors)
+
+
+@contextlib.contextmanager
+def step_rows(controller: RunController, options: UpOptions, hooks: CliUpHooks, title: str,
+              launch: bool) -> Iterator[Callable[[str], None]]:
+    """The `on_event` for `controller.up`/`setup`: the plain lines, plus live rows on a terminal
+    (not under --json) that the hooks move from step to step."""
+    inv = controller.inventory
+    steps = [s for s, on in (("sync", options.sync and inv.job.sync.enabled),
+                             ("setup", bool(inv.job.setup)), ("gpus", launch)) if on]
+    if launch:
+        plan = controller.plan
+        task_hosts, launch_hosts = {t.name: t.host for t in plan.tasks}, plan.hosts_used
+    else:
+        task_hosts, launch_hosts = {}, ()
+    with live_steps(title, [h.name for h in inv.hosts], steps, task_hosts, launch_hosts,
+                    enabled=not hooks.as_json) as rows:
+        hooks.steps = rows
+
+        def on_event(text: str) -> None:
+            if rows is not None:
+                rows.event(text)
+            say_event(text)
+
+        try:
+            yield on_event
+        finally:
+            hooks.steps = None
+
+
+def sync_json(result: FleetResult[SyncResult] | None, enabled: bool = True) -> dict[str, Any]:
+    """`tfctl sync --json`: per host what was sent (`changed` left out: it can be long)."""
+    hosts = {} if result is None else {
+        h: {k: v for k, v in asdict(r).items() if k not in ("host", "changed")}
+        for h, r in result.succeeded.items()}
+    failed = {} if result is None else {h: str(e) for h, e in result.failed.items()}
+    return {"ok": not failed, "enabled": enabled, "hosts": hosts, "failed": failed}
+
+
+def setup_json(hooks: CliUpHooks) -> dict[str, Any]:
+    """`tfctl setup --json`: per host its state (done, skipped, failed, not_finished) and why."""
+    hosts: dict[str, Any] = {}
+    if hooks.setup_result is not None:
+        for h, o in hooks.setup_result.succeeded.items():
+            hosts[h] = {"state": o.state, "summary": o.summary(),
+                        "elapsed_s": round(o.elapsed_s, 3), "commands": list(o.commands),
+                        "log_path": o.log_path,
+                        "failed_command": o.failed_command, "exit_code": o.exit_code}
+    failed = {e.host: str(e) for e in hooks.setup_errors}
+    if hooks.sync_result is not None:
+        failed.update({h: str(e) for h, e in hooks.sync_result.failed.items()})
+    return {"ok": not failed and not hooks.reported_failure, "hosts": hosts, "failed": failed,
+            "seconds": round(hooks.setup_seconds, 3),
+            "sync": None if hooks.sync_result is None else sync_json(hooks.sync_result)}
 
 
 @click.command()
 @click.option("--force", is_flag=True, help="Run it even where the inputs are unchanged.")
 @click.option("--no-sync", is_flag=True, help="Do not sync the code first.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each host's "
+              "setup state (progress stays on stderr).")
 @click.pass_context
-def setup(ctx: click.Context, force: bool, no_sync: bool) -> None:
+def setup(ctx: click.Context, force: bool, no_sync: bool, as_json: bool) -> None:
     """Sync, then run `job.setup` on every host in its workdir, in parallel, launching nothing.
 
     A host whose commands and `job.setup_inputs` files are unchanged since its last successful
@@ -65,6 +162,7 @@ def setup(ctx: click.Context, force: bool, no_sync: bool) -> None:
     Example:
       tfctl -i cluster.yaml setup
       tfctl setup --force        # run it again on every host
+      tfctl setup --json | jq -r '.hosts | to_entries[] | "\\(.key) \\(.value.state)"'
     """
     from tfctl.remote.errors import RemoteError
     from tfctl.remote.runs.controller import RunController, UpOptions
@@ -72,14 +170,101 @@ def setup(ctx: click.Context, force: bool, no_sync: bool) -> None:
     c = obj(ctx)
     inv = c.load()
     if not inv.job.setup:
+        if as_json:
+            print_json({"ok": True, "hosts": {}, "failed": {}, "seconds": 0.0, "sync": None})
+            return
         click.echo("no `job.setup` commands in the inventory: nothing to do")
         return
-    hooks = CliUpHooks()
+    hooks = CliUpHooks(as_json)
+    options = UpOptions(sync=not no_sync, force_setup=force)
     with RunController(inv, c.ssh_options()) as controller:
         try:
-            controller.setup(UpOptions(sync=not no_sync, force_setup=force), say_event,
-                             hooks=hooks)
-        except RemoteError:
-            if not hooks.reported_failure:
+            with step_rows(controller, options, hooks, "tfctl setup", launch=False) as on_event:
+                controller.setup(options, on_event, hooks=hooks)
+        except RemoteError as exc:
+            if not hooks.reported_failure and not as_json:
                 raise
+            if not hooks.reported_failure:
+                echo(error_line(exc), err=True)
+            elif as_json:
+                print_json(setup_json(hooks))
             sys.exit(EXIT_FAILED)
+    if as_json:
+        print_json(setup_json(hooks))
+
+
+# ---------------------------------------------------------------- `up` around its steps
+
+def complete_hosts_list(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """The inventory's host names for --only/--exclude (`context.complete_hosts`), after the
+    commas already typed."""
+    from click.shell_completion import CompletionItem
+
+    from tfctl.tui.cli import context
+
+    complete = getattr(context, "complete_hosts", None)
+    if complete is None:
+        return []
+    done, comma, tail = incomplete.rpartition(",")
+    typed = set(done.split(","))
+    names = (str(getattr(i, "value", i)) for i in complete(ctx, param, tail))
+    return [CompletionItem(done + comma + n) for n in names if n not in typed]
+
+
+def selection(ctx: click.Context, only: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
+    """The inventory less the hosts --only/--exclude leave out; a usage error (exit 2) naming
+    the inventory's hosts for a name that is none of them, or for a selection of no host."""
+    from tfctl.inventory.subset import SelectionError, select_hosts, split_names, unknown_hosts
+
+    inv = obj(ctx).load()
+    keep, drop = split_names(only), split_names(exclude)
+    try:
+        return select_hosts(inv, keep, drop)
+    except SelectionError as exc:
+        hint = "'--only'" if unknown_hosts(inv, keep) else "'--exclude'" \
+            if unknown_hosts(inv, drop) or not keep else "'--only' / '--exclude'"
+        raise click.BadParameter(str(exc), ctx=ctx, param_hint=hint) from None
+
+
+class UpGuard:
+    """How far `up` got, for its interrupt handler. The first SIGINT/SIGTERM raises
+    KeyboardInterrupt; later ones are ignored until the run is up, so a second Ctrl-C cannot
+    cut the rollback short and leave half a job behind."""
+
+    def __init__(self, hooks: CliUpHooks) -> None:
+        self.hooks = hooks
+        self.is_up = False
+        self.signals = 0
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id `up` chose (set just before any task starts), or None."""
+        return self.hooks.run_id
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals == 1 or self.is_up:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[UpGuard]:
+    """Ctrl-C/SIGTERM before the run is up: stop what it started, say so, exit 130."""
+    from tfctl.remote.runs.launch import Interrupted
+
+    guard = UpGuard(hooks)
+    previous = {sig: signal.signal(sig, guard.on_signal) for sig in (signal.SIGINT,
+                                                                      signal.SIGTERM)}
+    try:
+        yield guard
+    except KeyboardInterrupt as exc:
+        if guard.is_up:
+            say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
+        elif guard.run_id is None:
+            say("interrupted before any task was started: nothing to clean up")
+        elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
+            say(f"interrupted: {controller.rollback(guard.run_id)}")
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -3,6 +3,10 @@
 The app feeds it past-tense facts (a host answered, a host failed, lines arrived) with the time
 they happened; widgets read rows from it. No textual import and no clock of its own, so the
 rules (when a host counts as unreachable, what a task's uptime is now) are tested directly.
+
+What a host's failed poll leaves of its tasks is what was last read, and it is shown as such:
+state "unknown", the last line marked "[stale since T]", the uptime as it was then; never
+"running" on the word of a host that no longer answers (issue 18, item 7).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ OK, IDLE, STALE, WARN, DOWN = "ok", "idle", "stale", "warn", "down"
 FLAG = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 STATE_LEVEL = {"running": OK, "starting": STALE, "exited": IDLE, "stopped": IDLE,
                "killed": DOWN, "lost": DOWN, "unreachable": DOWN}
+UNKNOWN = "unknown"  # the state of a task whose host's last poll failed
 
 
 @dataclass
@@ -30,8 +35,12 @@ class HostLink:
     in_flight_since_s: float | None = None
     error: str | None = None
     error_kind: str | None = None
-    bad_since_s: float | None = None
-    tasks: tuple[TaskStatus, ...] = ()
+    bad_since_s: float | None = None  # when the first failed poll (of those in a row) began
+    tasks: tuple[TaskStatus, ...] = ()  # as last read: stale while `error` is set
+
+    @property
+    def unreachable(self) -> bool:
+        return self.error_kind == "unreachable"
 
 
 @dataclass(frozen=True)
@@ -101,10 +110,12 @@ class Board:
         link.error = link.error_kind = link.bad_since_s = None
 
     def host_failed(self, host: str, what: str, kind: str, now_s: float) -> None:
+        """A poll failed at `now_s`; the host has not answered since that poll began."""
         link = self.link(host)
-        link.in_flight_since_s = None
         if link.error is None:
-            link.bad_since_s = now_s
+            started = link.in_flight_since_s
+            link.bad_since_s = started if started is not None and started <= now_s else now_s
+        link.in_flight_since_s = None
         link.error, link.error_kind = what, kind
 
     def status_read(self, status: RunStatus, now_s: float) -> None:
@@ -136,6 +147,12 @@ class Board:
     def unreachable_hosts(self) -> list[str]:
         return [h for h in self.run_hosts if self.link(h).error_kind == "unreachable"]
 
+    def tasks_known(self, host: str) -> bool:
+        """The host's tasks were read, and its last poll worked: a GPU process that is none
+        of theirs may be called foreign (outside a run, there is nothing of ours to be)."""
+        link = self.link(host)
+        return self.run_id is None or (link.polled_at_s is not None and link.error is None)
+
     def should_finalize(self) -> bool:
         """Every host answered, the job has ended and nobody has closed the run yet."""
         if self.run_id is None or self.finished_exit_code is not None:
@@ -155,8 +172,9 @@ class Board:
         best: float | None = None
         for host in self.run_hosts:
             link = self.link(host)
+            fresh = link.polled_at_s if link.error is None else None  # stale: as it was
             for task in link.tasks:
-                up = _uptime_now(task, link.polled_at_s, now_s)
+                up = _uptime_now(task, fresh, now_s)
                 if up is not None and (best is None or up > best):
                     best = up
         return best
@@ -195,32 +213,38 @@ class Board:
         link = self.link(task_host)
         limit = restart_max.get(name.split(":")[0])
         if found is None:
+            last = ""
             if self.run_id is None:
                 state = "not started"
             elif task_host not in self.run_hosts:
                 state = "not in run"
-            elif link.error_kind == "unreachable":
-                state = "unreachable"
+            elif link.unreachable:
+                state, last = UNKNOWN, f"[{_since('unreachable', link.bad_since_s)}]"
             else:
                 state = "waiting" if link.polled_at_s is None else "not found"
-            level = DOWN if state == "unreachable" else IDLE
+            level = STALE if state == UNKNOWN else IDLE
             return TaskRow(name, task_host, _mask(mask), state, cells.DASH, cells.DASH,
-                           _restarts(0, limit), cells.DASH, "", level)
+                           _restarts(0, limit), cells.DASH, last, level)
         task, task_link = found
-        state = task.describe()
-        level = STATE_LEVEL.get(task.state, WARN)
-        if task.failed:
-            level = DOWN
-        if task_link.error_kind == "unreachable":
-            state, level = "unreachable", DOWN
         exit_text = (str(task.exit_code) if task.exit_code is not None
                      else task.signal or cells.DASH)
+        if task_link.error is not None:  # what was read before the host stopped answering
+            stale = f"[{_since('stale', task_link.bad_since_s)}]"
+            return TaskRow(name, task.host, _mask(mask), UNKNOWN, exit_text,
+                           cells.duration(task.uptime_s), _restarts(task.restarts, limit),
+                           cells.DASH, f"{stale} {task.last_line}".rstrip(), STALE)
+        state = task.describe()
+        level = DOWN if task.failed else STATE_LEVEL.get(task.state, WARN)
         up = _uptime_now(task, task_link.polled_at_s, now_s)
         rate = None
         if task.state == "running":
             rate = cells.steps_per_sec(task.last_line) or self.rates.get(name)
         return TaskRow(name, task.host, _mask(mask), state, exit_text, cells.duration(up),
                        _restarts(task.restarts, limit), cells.rate(rate), task.last_line, level)
+
+
+def _since(word: str, wall_s: float | None) -> str:
+    return f"{word} since {cells.clock_hms(wall_s)}" if wall_s is not None else word
 
 
 def _mask(mask: str | None) -> str:

@@ -2,7 +2,12 @@
 
 A host's state joins two independent witnesses: the task polls (SSH to the agent) and the GPU
 telemetry stream. The worse one wins, and a non-ok state remembers since when it holds, so a
-dead host reads "unreachable since 09:42:10 (timed out)" instead of flickering or raising.
+dead host reads "unreachable since 09:42:10 (no answer for 35 s)" (`tfctl.remote.reach`) instead
+of flickering, raising, or quoting the command that got no answer. Either witness may say a host
+does not answer; the telemetry's word stops counting once a task poll has answered after it
+began failing (its stream then only has to reconnect). An unreachable host's GPUs show their
+last values dimmed with "stale since T" for an owner: never "foreign", since not reading our
+tasks there is no evidence that a process on its GPU is a stranger's (issue 18, item 7).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from tfctl.remote.gpus.history import (
     TelemetryState,
 )
 from tfctl.remote.gpus.nvsmi import GpuSample
+from tfctl.remote.reach import unreachable_words
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import DOWN, IDLE, OK, STALE, WARN, HostLink
 from tfctl.tui.app.sources import FindingLike, OwnerOf
@@ -42,6 +48,7 @@ class GpuLine:
     owner: str
     mark: str | None  # the worst finding level on this GPU
     dim: bool  # last known values of a host we cannot read now
+    stale: bool = False  # its host does not answer: `owner` says since when, not who
 
 
 @dataclass(frozen=True)
@@ -63,11 +70,35 @@ class HostLine:
                                              g.util_pct if g.util_pct is not None else -1.0))
 
 
+def unreachable_since(link: HostLink | None, telemetry: HostTelemetry | None, now_s: float,
+                      now_mono_s: float) -> float | None:
+    """Wall-clock time since which the host has not answered, or None while it answers: the
+    earlier of the task polls' and the telemetry's word, the latter only while no task poll
+    has answered since the telemetry began failing."""
+    found: list[float] = []
+    if link is not None and link.unreachable:
+        found.append(link.bad_since_s if link.bad_since_s is not None else now_s)
+    if telemetry is not None and not _poll_answered_since(link, telemetry, now_s, now_mono_s):
+        since = telemetry.unreachable_since_wall(now_mono_s, now_s)
+        if since is not None:
+            found.append(since)
+    return min(found) if found else None
+
+
+def _poll_answered_since(link: HostLink | None, telemetry: HostTelemetry, now_s: float,
+                         now_mono_s: float) -> bool:
+    since = telemetry.unreachable_since_wall(now_mono_s, now_s)
+    return (since is not None and link is not None and link.error is None
+            and link.polled_at_s is not None and link.polled_at_s > since)
+
+
 def host_state(link: HostLink | None, telemetry: HostTelemetry | None, now_s: float,
                now_mono_s: float, telemetry_bad_since_s: float | None) -> tuple[str, str]:
-    """(words, level) for one host. Task-poll trouble outranks telemetry trouble."""
-    if link is not None and link.error_kind == "unreachable":
-        return f"unreachable{_since(link.bad_since_s)} ({link.error}) · retrying", DOWN
+    """(words, level) for one host. Not answering outranks everything; then task-poll
+    trouble outranks telemetry trouble."""
+    since = unreachable_since(link, telemetry, now_s, now_mono_s)
+    if since is not None:
+        return unreachable_words(since, now_s), DOWN
     if link is not None and link.in_flight_since_s is not None:
         waited = now_s - link.in_flight_since_s
         if waited >= SLOW_POLL_S:
@@ -77,6 +108,8 @@ def host_state(link: HostLink | None, telemetry: HostTelemetry | None, now_s: fl
     if telemetry is None:
         return "ok" if link is not None and link.polled_at_s is not None else "", OK
     state = telemetry.state(now_mono_s, DEFAULT_STALE_AFTER_S)
+    if state is TelemetryState.ERROR and telemetry.unreachable:  # the polls answer again
+        return "GPU telemetry reconnecting", STALE
     if state is TelemetryState.ERROR:
         return f"telemetry failing{_since(telemetry_bad_since_s)}: {telemetry.error}", WARN
     if state is TelemetryState.STALE:
@@ -115,7 +148,9 @@ def build_host_lines(
         state, level = host_state(link, tel, now_s, now_mono_s,
                                   telemetry_bad_since.get(host.name))
         dim = level in (STALE, WARN, DOWN)
-        gpus = tuple(_gpu_line(host.name, g, history, owner_of, findings, dim)
+        since = unreachable_since(link, tel, now_s, now_mono_s)
+        stale = None if since is None else f"stale since {cells.clock_hms(since)}"
+        gpus = tuple(_gpu_line(host.name, g, history, owner_of, findings, dim, stale)
                      for g in (tel.gpus if tel is not None else ()))
         if snapshots is None:
             note = "telemetry not available"
@@ -132,15 +167,17 @@ def build_host_lines(
 
 
 def _gpu_line(host: str, gpu: GpuSample, history: GpuHistory | None, owner_of: OwnerOf,
-              findings: Sequence[FindingLike], dim: bool) -> GpuLine:
+              findings: Sequence[FindingLike], dim: bool, stale: str | None) -> GpuLine:
+    """`stale` ("stale since T"): the host does not answer, so its owner is not asked."""
     spark: tuple[float | None, ...] = ()
     if history is not None:
         spark = history.series(host, gpu.uuid, "utilization_gpu_pct")[-SPARK_LEN:]
     marks = [f.level for f in findings if f.host == host and f.gpu is not None
              and (f.gpu == gpu.index or f.gpu == gpu.uuid)]
+    owner = stale if stale is not None else owner_of(host, gpu.uuid)
     return GpuLine(gpu.index, gpu.uuid, _short_name(gpu.name), gpu.utilization_gpu_pct,
                    gpu.memory_used_mib, gpu.memory_total_mib, gpu.temperature_c,
-                   gpu.power_draw_w, spark, owner_of(host, gpu.uuid), _worst(marks), dim)
+                   gpu.power_draw_w, spark, owner, _worst(marks), dim, stale is not None)
 
 
 def _worst(levels: Sequence[str]) -> str | None:

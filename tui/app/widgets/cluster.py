@@ -269,10 +269,15 @@ def gpu_text(gpu: GpuLine, width: int) -> Text:
         f"{cells.mem_gib(gpu.mem_used_mib, gpu.mem_total_mib):>10} ",
         (f"{cells.temp_c(gpu.temp_c):>5}", _temp_style(gpu.temp_c)), " ",
         (f"{cells.power_w(gpu.power_w):>5}", "dim" if gpu.power_w is None else ""), " ",
-        (cells.sparkline(gpu.spark, spark_w), "cyan"), " ",
-        (f"{cells.ellipsize(gpu.owner, owner_w):<{owner_w}}", _owner_style(gpu.owner)),
     )
-    text.append_text(_mark(gpu.mark))
+    if gpu.stale:  # "stale since T" where the sparkline, owner and mark were: all of it old
+        tail = spark_w + 1 + owner_w + 2
+        text.append(f"{cells.ellipsize(gpu.owner, tail):<{tail}}", "yellow")
+    else:
+        text.append(cells.sparkline(gpu.spark, spark_w), "cyan")
+        text.append(" ")
+        text.append(f"{cells.ellipsize(gpu.owner, owner_w):<{owner_w}}", _owner_style(gpu.owner))
+        text.append_text(_mark(gpu.mark))
     if gpu.dim:
         text.stylize("dim")
     return text

@@ -66,8 +66,10 @@ def builtin_findings(board: Board) -> list[Finding]:
     """What the app knows from its own task polls: hosts cut off and tasks that failed."""
     found: list[Finding] = []
     for host in board.unreachable_hosts():
-        found.append(Finding("error", f"{host} unreachable ({board.link(host).error}): "
-                                      "its tasks are not counted", host))
+        link = board.link(host)
+        since = f" since {cells.clock_hms(link.bad_since_s)}" if link.bad_since_s else ""
+        found.append(Finding("error", f"{host} unreachable{since} ({link.error}): its tasks "
+                                      "are unknown and not counted", host))
     for task in board.tasks():
         if task.failed:
             last = f": {task.last_line}" if task.last_line else ""
