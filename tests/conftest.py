@@ -1,5 +1,7 @@
 """Shared test setup: the SSH test lab's fixtures (tests/lab) and stopping what a test started."""
 
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,3 +20,17 @@ def down_after() -> Iterator[list[Path]]:
     yield inventories
     for inv in inventories:
         tfctl(inv, "down", "--grace", "1")
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """The local time zone pinned to UTC, so times drawn as local ("since 09:42:10") are stable."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()

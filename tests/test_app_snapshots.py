@@ -6,9 +6,8 @@ when the drawing does. Review a changed picture with `pytest --snapshot-update` 
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from textual.pilot import Pilot
@@ -26,18 +25,8 @@ from tfctl.tui.app.factory import make_app
 SnapCompare = Callable[..., bool]
 
 
-@pytest.fixture(autouse=True)
-def utc() -> Iterator[None]:
-    """"unreachable since 09:42:10" is local time: pin the zone so the pictures are stable."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if before is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
+# "unreachable since 09:42:10" is local time: the zone is pinned (tests/conftest.py `utc`).
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def lab_app() -> TfctlApp:

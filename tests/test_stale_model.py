@@ -10,9 +10,7 @@ tests/test_lab_ui_cut_heal.py.
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -31,17 +29,8 @@ W = FIXED_WALL_S  # 09:42:10 UTC
 M = 5000.0  # the monotonic clock's reading at W
 
 
-@pytest.fixture(autouse=True)
-def utc() -> Iterator[None]:
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if before is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
+# "unreachable since 09:42:10" is local time: the zone is pinned (tests/conftest.py `utc`).
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def cut_link(poll_began: float, failed: float, kind: str = "unreachable",

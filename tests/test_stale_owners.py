@@ -13,11 +13,9 @@ is tests/test_lab_ui_cut_heal.py.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -42,17 +40,8 @@ GPUS = tuple(GpuSample(uuid=u, index=i, name="NVIDIA GeForce GTX 1080 Ti")
              for i, u in enumerate(UUIDS))
 
 
-@pytest.fixture(autouse=True)
-def utc() -> Iterator[None]:
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if before is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
+# "unreachable since 09:42:10" is local time: the zone is pinned (tests/conftest.py `utc`).
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def h2_snapshot(at: float | None = 100.0) -> HostTelemetry:
