@@ -22,13 +22,18 @@ JOB = {"script": "job.py", "style": "flags", "args": ["--steps=3"]}
 
 
 def _watchers(lab, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
-    """The run's watchers still alive (all lab hosts share this machine's /proc)."""
+    """The run's watchers still alive (all lab hosts share this machine's /proc). A watcher
+    that has exited but is not yet reaped by init (a zombie) is gone."""
     alive = []
     for host in lab.names:
         record = lab.host(host).workdir / ".tfctl" / "runs" / run_id / "watch.pid.json"
         pid = json.loads(record.read_text())["pid"]
-        comm = Path(f"/proc/{pid}/comm")
-        if comm.exists() and comm.read_text().strip() == "tfctl-watch":
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if comm == "tfctl-watch" and state not in ("Z", "X"):
             alive.append(pid)
     return alive
 
@@ -86,3 +91,21 @@ def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path, 
     _until_gone(run_id, lab, 120)
     assert _finished(lab, "h1", run_id)["status"]["by"] == "watcher on h1"
     assert _finished(lab, "h3", run_id)["status"]["cause"] == "worker:0 ended"
+
+
+def test_down_leaves_no_watcher_behind(lab, tmp_path: Path, down_after) -> None:  # type: ignore[no-untyped-def]
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
+                              dict(JOB, args=["--forever"]))
+    down_after.append(inv)
+    up = tfctl(inv, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    run_id = run_id_from(up.stdout)
+    assert len(_watchers(lab, run_id)) == len(lab.names)
+    down = tfctl(inv, "down", "--grace", "1")
+    assert down.returncode == 0, down.stdout + down.stderr
+    # When `down` returns, nothing of the run is left: no task and no watcher on any host...
+    assert not processes_of_run(run_id) and _watchers(lab, run_id) == []
+    # ...and each watcher still wrote its last records (the tasks' ends) before it went.
+    for host in lab.names:
+        events = lab.host(host).workdir / ".tfctl" / "runs" / run_id / "events.jsonl"
+        assert '"event": "stopped"' in events.read_text(), host

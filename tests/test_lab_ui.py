@@ -53,8 +53,9 @@ def test_up_and_down_from_the_ui_follow_the_real_state(lab, tmp_path: Path, heal
     async def scenario() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.press("u")
-            await until(pilot, lambda: controller.run_id is not None and states(app).get(
-                "worker:2") == "running", timeout_s=60)
+            # Each host's panel fills when that host is first polled ("waiting" until then).
+            await until(pilot, lambda: controller.run_id is not None and set(
+                states(app).values()) == {"running"}, timeout_s=60)
             run_id = controller.run_id
             assert run_id is not None
             real = {env["TFCTL_TASK"] for env in processes_of_run(run_id).values()}

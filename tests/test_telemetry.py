@@ -403,10 +403,11 @@ def lab_inventory(lab: Lab, tmp: Path) -> Path:
 
 
 def stream_on(lab: Lab, host: str) -> int | None:
-    """The pid of the telemetry loop running on a lab host."""
+    """The pid of the telemetry loop running on a lab host (not a run watcher's own stream)."""
     for pid in lab.pids_in(host):
         try:
-            if b"-lms" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+            if b"-lms" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") and \
+                    Path(f"/proc/{parent_of(pid)}/comm").read_text().strip() != "tfctl-watch":
                 return pid
         except OSError:
             continue

@@ -36,6 +36,8 @@ from tfctl.remote.agent.run import (
 )
 
 ENDED = ("exited", "killed", "stopped", "lost")
+WATCH_PID = "watch.pid.json"  # the run's watcher (watch.py) records its pid here
+WATCHER_EXIT_S = 3.0
 
 
 def _records(run_dir: str, name: str) -> dict[str, Any]:
@@ -252,6 +254,8 @@ def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
         remaining = current()
         seen |= set(remaining)
     _reap_supervisors(run_dir, recs)
+    if stop_all:
+        end_watcher(run_dir)
     left = tagged_processes(run_id)
     remaining_pids = sorted(p for p, (_, t) in left.items() if stop_all or t in recs)
     gpu_pids, gpu_error = gpu_pids_among(seen | set(remaining_pids))
@@ -272,6 +276,24 @@ def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
         if not os.path.exists(path):
             write_json(path, {"exit_code": None, "signal": None, "ended_at": now(),
                               "error": "supervisor killed by tfctl stop"})
+
+
+def end_watcher(run_dir: str) -> None:
+    """Make the run's watcher write its last records and exit; kill its session if it lingers.
+
+    A whole-run stop (`tfctl down`, a rollback) leaves nothing of tfctl on the host: the watcher
+    and its nvidia-smi stream go with the tasks, before the client is told the run is stopped.
+    """
+    record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
+    pid, ticks = record.get("pid"), record.get("start_ticks")
+    if pid is None or not same_process(pid, ticks):
+        return
+    send_signal(pid, signal.SIGTERM)  # the watcher's handler ends its loop (watch.py)
+    deadline = time.time() + WATCHER_EXIT_S
+    while same_process(pid, ticks) and time.time() < deadline:
+        time.sleep(0.02)
+    if same_process(pid, ticks):
+        signal_group(pid, signal.SIGKILL)  # it leads its own session: the stream goes too
 
 
 def gpu_pids_among(pids: set[int]) -> tuple[list[int], str | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 from typing import Any
 
@@ -38,7 +39,7 @@ from tfctl.remote.agent.run import (
     task_file,
     write_json,
 )
-from tfctl.remote.agent.state import stop_tasks
+from tfctl.remote.agent.state import WATCH_PID, stop_tasks
 
 WATCH_TICK_S = 1.0
 CLOSED_FOR_GOOD_S = 20.0
@@ -52,7 +53,7 @@ def start_watcher(run_dir: str, run_id: str) -> int | None:
     manifest = load_manifest(run_dir)
     if not manifest.get("end"):
         return None  # a run launched by an older client: its client applies the end
-    record = read_json(os.path.join(run_dir, "watch.pid.json")) or {}
+    record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
     if same_process(record.get("pid"), record.get("start_ticks")):
         return int(record["pid"])
     log = os.path.join(run_dir, "watch.log")
@@ -66,7 +67,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
     except OSError:
         pass  # only cosmetic
     me = os.getpid()
-    write_json(os.path.join(run_dir, "watch.pid.json"), {"pid": me, "start_ticks": start_ticks(me)})
+    signal.signal(signal.SIGTERM, _stop_watching)
+    write_json(os.path.join(run_dir, WATCH_PID), {"pid": me, "start_ticks": start_ticks(me)})
     manifest = load_manifest(run_dir)
     local = [t["name"] for t in manifest.get("tasks", [])]
     recorder, events = GpuRecorder(run_dir, run_id), EventLog(run_dir, local)
@@ -80,11 +82,23 @@ def watch_run(run_dir: str, run_id: str) -> int:
             code = decider_exit_code(run_dir, manifest)
             events.write({"event": "end", "cause": cause, "exit_code": code})
             apply_end(run_dir, run_id, manifest, cause, code)
+    except StopWatching:
+        pass  # a whole-run stop (`tfctl down`): its tasks are ended; keep the last records
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the last records are written whole
         events.tick()
         speed.tick()
-    finally:
         recorder.stop()
     return 0
+
+
+class StopWatching(BaseException):
+    """Raised in the watcher by SIGTERM, which `stop_tasks` sends when it stops a whole run (a
+    BaseException, like KeyboardInterrupt, so no `except Exception` on the way swallows it)."""
+
+
+def _stop_watching(signum: int, frame: Any) -> None:
+    raise StopWatching
 
 
 def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
