@@ -139,3 +139,9 @@ def test_the_completion_functions_for_new_arguments(project: Path,
     assert values(["probe", "x", "--task"], "p") == ["ps:0", "ps:1"]
     monkeypatch.chdir(project.parent.parent)  # above the project: no inventory, no names
     assert values(["probe"], "") == []
+
+
+def test_ssh_completes_hosts_then_tasks(project: Path) -> None:
+    assert complete(project, "tfctl ssh ") == ["titan", "gtx970", *TASKS]
+    assert complete(project, "tfctl ssh g") == ["gtx970"]
+    assert complete(project, "tfctl ssh w") == WORKERS

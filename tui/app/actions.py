@@ -1,4 +1,4 @@
-"""The keys that act on the cluster: up, down, sync, restart, tunnel, help, quit.
+"""The keys that act on the cluster: up, down, sync, restart, tunnel, shell, help, quit.
 
 `KeyActions` is the base of `TfctlApp` (kept apart so the app module stays about layout and data
 flow); it names the few things of the app it uses as annotations, and never imports `app.py`.
@@ -17,6 +17,7 @@ from tfctl.tui.app import messages as msg
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.sources import RunControl, Tunnel
+from tfctl.tui.app.widgets.cluster import ClusterView
 from tfctl.tui.app.widgets.tasks import TasksTable
 from tfctl.tui.app.workers import Work, Workers
 
@@ -34,6 +35,9 @@ class KeyActions(App[None]):
     controller: RunControl
     reporter: Callable[[str], str] | None
     opener: Callable[[str], object]
+    shell: Callable[[str], int] | None
+    """`x`: runs `tfctl ssh TARGET`'s session on this terminal; its exit status."""
+    cluster_view: ClusterView
 
     def tick(self) -> None:
         """Draw what changed since the last tick (`TfctlApp.tick`)."""
@@ -104,6 +108,45 @@ class KeyActions(App[None]):
             return
         open_it = self.tunnel_url is None
         self.act("tunnel", "TensorBoard tunnel", lambda: self.workers_.do_tunnel(open_it))
+
+    def action_shell(self) -> None:
+        """`x`: a shell on the selected host (the Hosts panel has the focus) or in the
+        selected task's folder and environment, the app suspended until it ends."""
+        from textual.app import SuspendNotSupported
+
+        target = self.shell_target()
+        if self.shell is None or target is None:
+            self.notify("No shell here: select a host or a task first.", title="Shell",
+                        severity="warning")
+            return
+        code: int | None = None
+        failed: Exception | None = None
+        try:
+            with self.suspend():
+                # Caught in here: textual's `suspend` resumes the app only when its block ends
+                # without an exception.
+                try:
+                    code = self.shell(target)
+                except Exception as exc:  # the project's errors (unreachable, key refused)
+                    failed = exc
+        except SuspendNotSupported:
+            self.notify(f"This terminal cannot hand over to a shell; run `tfctl ssh {target}`.",
+                        title="Shell", severity="warning")
+            return
+        if failed is not None:
+            full = getattr(failed, "full", None)
+            self.notify(escape(full() if callable(full) else str(failed)),
+                        title=f"Shell on {target}", severity="error")
+            return
+        self.notify(f"The shell on {target} ended (exit {code}).", title="Shell")
+
+    def shell_target(self) -> str | None:
+        """The host under the Hosts panel's cursor when it has the focus, else the selected
+        task (else the focused host)."""
+        hosts = self.cluster_view.hosts
+        if self.focused is self.cluster_view and hosts:
+            return hosts[min(self.cluster_view.cursor, len(hosts) - 1)].name
+        return self.tasks_table.selected_task or self.cluster_view.focused_host
 
     def action_leave(self) -> None:
         """Quit; the job keeps running. Mid-action, ask first: the action would stop half done."""

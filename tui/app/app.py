@@ -60,6 +60,7 @@ class TfctlApp(KeyActions):
         Binding("s", "sync", "sync"),
         Binding("r", "restart", "restart"),
         Binding("t", "tunnel", "tunnel"),
+        Binding("x", "shell", "shell", show=False),
         Binding("h", "history", "runs", show=False),
         Binding("l", "view('logs')", "logs"),
         Binding("g", "view('tasks')", "gpus"),
@@ -81,6 +82,7 @@ class TfctlApp(KeyActions):
         self.owners = sources.owners
         self.tunnel = sources.tunnel
         self.reporter, self.opener = sources.reporter, sources.opener or open_in_browser
+        self.shell = sources.shell
         self.gpu_refresh_s = timing.gpu_refresh_s
         self.clock = timing.clock
         self.monotonic = timing.monotonic

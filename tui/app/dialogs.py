@@ -19,6 +19,8 @@ HELP_TEXT = """\
   [b]s[/b]  sync the code to every host
   [b]r[/b]  restart the selected task (asks first)
   [b]t[/b]  open / close the TensorBoard tunnel (the URL shows in the header)
+  [b]x[/b]  a shell on the selected host, or in the selected task's folder and environment
+     (the dashboard comes back when it ends; as `tfctl ssh HOST|TASK`)
   [b]h[/b]  past runs: Enter writes the selected run's report and opens it
 
 [b]Views[/b]

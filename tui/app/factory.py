@@ -33,6 +33,7 @@ def make_app(
     tunnel: Tunnel | None = None,
     reporter: Callable[[str], str] | None = None,
     opener: Callable[[str], object] | None = None,
+    shell: Callable[[str], int] | None = None,
     gpu_refresh_s: float = 1.0,
     task_refresh_s: float = 2.0,
     log_refresh_s: float = 1.0,
@@ -47,7 +48,7 @@ def make_app(
     The caller keeps the controller (and closes it); the app starts and stops the telemetry and
     closes a tunnel it opened."""
     sources = Sources(controller, telemetry, owners=owners, findings=findings, tunnel=tunnel,
-                      reporter=reporter, opener=opener)
+                      reporter=reporter, opener=opener, shell=shell)
     timing = Timing(gpu_refresh_s, task_refresh_s, log_refresh_s, clock=clock,
                     monotonic=monotonic)
     return TfctlApp(sources, timing)

@@ -159,6 +159,9 @@ class Sources:
     """Run id → its written report page (`h`, Enter); None: reports are not offered."""
     opener: Callable[[str], object] | None = None
     """Shows a written page (the browser by default)."""
+    shell: Callable[[str], int] | None = None
+    """`x`: a session on a host or task name, on the terminal the app hands over; its exit
+    status (`tfctl ssh`); None: not offered."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""`tfctl logs` (merged, prefixed, followed) and `tfctl exec` (a command on every host)."""
+"""`tfctl logs` (merged, prefixed, followed), `tfctl exec` (a command on every host) and
+`tfctl ssh` (a shell or a command on one host, or in one task's place and environment)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from typing import Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, complete_tasks, obj
+from tfctl.tui.cli.context import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    complete_hosts_or_tasks,
+    complete_tasks,
+    obj,
+)
 
 COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_green",
            "bright_yellow", "bright_magenta", "bright_blue")
@@ -110,3 +117,63 @@ def _print_host(host: str, res: Any) -> None:
         click.echo(res.stdout.rstrip("\n"))
     if res.stderr:
         click.echo(res.stderr.rstrip("\n"), err=True)
+
+
+@click.command("ssh")
+@click.argument("target", metavar="HOST|TASK", shell_complete=complete_hosts_or_tasks)
+@click.argument("command", nargs=-1)
+@click.pass_context
+def ssh(ctx: click.Context, target: str, command: tuple[str, ...]) -> None:
+    """A shell on a host (or one command, its exit status passed through), in the workdir.
+
+    For a task (`worker:1`) the shell or command gets that task's environment as planned
+    (TF_CONFIG, CUDA_VISIBLE_DEVICES, the inventory's env). Same connection settings and
+    host-key checks as every other command; a pty when run from a terminal. The dashboard's
+    `x` opens it for the selected host or task.
+
+    \b
+    Example:
+      tfctl ssh titan                       # a login shell in titan's workdir
+      tfctl ssh worker:1 -- nvidia-smi      # as worker:1 would see the GPUs
+      tfctl ssh gtx970 -- python3 -c 'import os; print(os.getcwd())'
+    """
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.connect.interactive import run_session
+
+    c = obj(ctx)
+    inv = c.load()
+    line = shell_line(inv, target, command)
+    if line is None:
+        click.secho(f"error: no host or task named {target!r} in {inv.path} ({_names(inv)})",
+                    fg="red", err=True)
+        sys.exit(EXIT_USAGE)
+    host, text = line
+    with Fleet(inv, c.ssh_options()) as fleet:
+        code = run_session(fleet.transport(host), text)
+    sys.exit(code)
+
+
+def shell_line(inv: Any, target: str, command: tuple[str, ...] | list[str] = ()
+               ) -> tuple[str, str] | None:
+    """(host, the remote line) for `tfctl ssh TARGET`: a host's workdir and env, or a task's
+    cwd and env as planned; None when the inventory has no such host or task."""
+    from tfctl.remote.connect.interactive import session_line
+
+    if target in {h.name for h in inv.hosts}:
+        host = inv.host(target)
+        return host.name, session_line(host.workdir, host.env, command)
+    from tfctl.inventory.plan import make_plan
+
+    for task in make_plan(inv).tasks:
+        if task.name == target:
+            return task.host, session_line(task.cwd, task.env, command)
+    return None
+
+
+def _names(inv: Any) -> str:
+    from tfctl.inventory.plan import make_plan
+
+    hosts = ", ".join(h.name for h in inv.hosts)
+    tasks = [t.name for t in make_plan(inv).tasks]
+    shown = ", ".join(tasks[:8]) + (", …" if len(tasks) > 8 else "")
+    return f"hosts: {hosts}; tasks: {shown}"

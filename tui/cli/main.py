@@ -254,6 +254,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "down": ("tfctl.tui.cli.run", "down"),
     "logs": ("tfctl.tui.cli.logs", "logs"),
     "exec": ("tfctl.tui.cli.logs", "exec_"),
+    "ssh": ("tfctl.tui.cli.logs", "ssh"),
     "collect": ("tfctl.tui.cli.history", "collect"),
     "runs": ("tfctl.tui.cli.history", "runs"),
     "report": ("tfctl.tui.cli.history", "report"),

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 def ui(ctx: click.Context, gpu_refresh_s: float, task_refresh_s: float) -> None:
     """The dashboard: every host's GPUs, the job's tasks and logs, and keys for up/down/sync.
 
-    Keys: u up · d down · s sync · r restart task · t tunnel · l logs · g GPUs · / filter ·
-    ? help · q quit (the job keeps running).
+    Keys: u up · d down · s sync · r restart task · t tunnel · x shell · l logs · g GPUs ·
+    / filter · ? help · q quit (the job keeps running).
 
     \b
     Example:
@@ -55,8 +55,22 @@ def run_app(controller: RunController, *, gpu_refresh_s: float = 1.0,
     watch = controller.gpu_watch()  # the hub is the app's TelemetrySource; it starts it
     app = make_app(controller, watch.hub, owners=watch.owner_of, findings=watch,
                    tunnel=controller.tensorboard_tunnel(), gpu_refresh_s=gpu_refresh_s,
-                   task_refresh_s=task_refresh_s, reporter=partial(_report_page, controller))
+                   task_refresh_s=task_refresh_s, reporter=partial(_report_page, controller),
+                   shell=partial(_shell, controller))
     app.run()
+
+
+def _shell(controller: RunController, target: str) -> int:
+    """The dashboard's `x`: `tfctl ssh TARGET` on the terminal the app handed over."""
+    from tfctl.remote.connect.interactive import run_session
+    from tfctl.tui.cli.logs import shell_line
+
+    found = shell_line(controller.inventory, target)
+    if found is None:
+        raise ValueError(f"no host or task named {target!r}")
+    host, line = found
+    print(f"tfctl: a shell on {host} for {target}; `exit` returns to the dashboard", flush=True)
+    return run_session(controller.fleet.transport(host), line)
 
 
 def _report_page(controller: RunController, run_id: str) -> str:
