@@ -156,7 +156,10 @@ tfctl_job_ended() {  # END_MODE any: one of END_TASKS ended; all: every one of t
 tfctl_stop() {  # SIGTERM to the steps of the tasks named (srun passes it on to the task)
   local n
   for n in "$@"; do
-    [ -n "${RC[n]:-}" ] || kill -TERM "${PIDS[n]}" 2>/dev/null
+    [ -z "${RC[n]:-}" ] || continue
+    tfctl_task "$n"
+    echo "tfctl: stopping $NAME"
+    kill -TERM "${PIDS[n]}" 2>/dev/null
   done
 }
 

@@ -20,7 +20,7 @@ from tfctl.remote.connect.agentops import StopAnswer
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import GpusBusy, RemoteError
-from tfctl.remote.runs.current import CurrentRun, current_run, remember
+from tfctl.remote.runs.current import CurrentRun, current_run, read_state, remember
 from tfctl.remote.runs.launch import launch, new_run_id
 from tfctl.remote.runs.logs import LogFollower
 from tfctl.remote.runs.setup import SetupOutcome, attach_logs
@@ -46,6 +46,7 @@ from tfctl.remote.sync.result import SyncResult
 
 if TYPE_CHECKING:
     from tfctl.remote.connect.tunnel import Tunnel
+    from tfctl.remote.engines.slurm_run import SlurmRun
     from tfctl.remote.history.listing import RunSummary
     from tfctl.remote.runs.gpuwatch import GpuWatch
 
@@ -117,6 +118,8 @@ class RunController:
         """Set by `up` once it chose a run id, before any task starts (for rollback)."""
         self.up_status: RunStatus | None = None
         """The read that ended the last `up` (every task verified started)."""
+        self._slurm_run: SlurmRun | None = None
+        self._slurm_read = False
 
     @property
     def plan(self) -> Plan:
@@ -144,6 +147,19 @@ class RunController:
                                          "the runs they do")
         self._run = CurrentRun(run_id, "--run", tuple(hosts))
 
+    def slurm(self) -> SlurmRun | None:
+        """The current run's engine when it is a Slurm job (`up --on slurm`): status, logs,
+        wait and down are then its (remote/engines/slurm_run.py), read from Slurm."""
+        if not self._slurm_read:
+            self._slurm_read = True
+            state = read_state(self.inventory)
+            if state is not None and state.get("engine") == "slurm":
+                from tfctl.remote.engines.slurm_run import SlurmRun
+
+                self._slurm_run = SlurmRun.remembered(self.inventory, self.fleet.options)
+        return None if self._run is not None and self._run.source == "--run" \
+            else self._slurm_run
+
     @property
     def run_id(self) -> str | None:
         run = self.current()
@@ -153,6 +169,9 @@ class RunController:
     def status_report(self, tail: int = 1) -> StatusReport | None:
         """Every task of the current run with `tail` log lines; if the job ended, its parameter
         servers are stopped and the end recorded (`stopped`)."""
+        if (slurm := self.slurm()) is not None:
+            found = slurm.status(tail)
+            return StatusReport(CurrentRun(found.run_id, "state file", ()), found, ())
         run = self.current()
         if run is None:
             return None
@@ -165,6 +184,8 @@ class RunController:
 
     def host_status(self, host: str) -> tuple[TaskStatus, ...]:
         """One host's tasks of the current run (raises RemoteError if it is unreachable)."""
+        if (slurm := self.slurm()) is not None:
+            return tuple(t for t in slurm.status().tasks if t.host == host)
         run = self.current()
         if run is None or host not in run.hosts:
             return ()
@@ -173,6 +194,8 @@ class RunController:
         return tuple(task_from_agent(host, raw) for raw in answer.tasks)
 
     def log_follower(self, tasks: set[str] | None = None) -> LogFollower | None:
+        if (slurm := self.slurm()) is not None:
+            return slurm.log_follower(tasks)  # type: ignore[return-value]
         run = self.current()
         if run is None:
             return None
@@ -183,6 +206,11 @@ class RunController:
     def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> WaitResult | None:
         """Block until the current job ends (then stop its parameter servers) or `timeout`
         seconds pass; None when there is no run."""
+        if (slurm := self.slurm()) is not None:
+            found = slurm.wait(timeout, poll_s)
+            if found is None:
+                return WaitResult(str(slurm.run_id), False, timed_out=True)
+            return WaitResult(found.run_id, True, found.exit_code, slurm.fatal_words(found))
         run = self.current()
         if run is None:
             return None
@@ -252,6 +280,21 @@ class RunController:
         self.up_status = read_status(self.fleet, run_id, list(self.plan.hosts_used), mark_up=True)
         return run_id
 
+    def up_slurm(self, options: UpOptions = UpOptions(), on_event: Say | None = None) -> str:
+        """`up --on slurm`: sync once to `slurm.workdir`, `sbatch` the plan's script there,
+        remember the job as the current run (remote/engines/slurm_run.py)."""
+        from tfctl.remote.engines.slurm_run import SlurmRun
+
+        say: Say = on_event or (lambda _text: None)
+        for w in self.plan.warnings:
+            say(WARNING + w)
+        run = SlurmRun(self.inventory, self.fleet.options)
+        self._slurm_run, self._slurm_read = run, True
+        run_id = run.submit(self.plan, say, sync=options.sync)
+        self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
+        self.up_status = run.status()
+        return run_id
+
     def rollback(self, run_id: str | None = None) -> str:
         """Stop what `up` started as `run_id` (default: the run `up` was starting); a sentence."""
         from tfctl.remote.runs.launch import rollback
@@ -264,6 +307,11 @@ class RunController:
         """TERM, grace, KILL and verify every process of the current run on the hosts it used
         (those it recorded, so a run started on part of the lab is stopped there only);
         `on_event` hears which run and hosts before they are stopped."""
+        if (slurm := self.slurm()) is not None:  # scancel, then every step verified gone
+            stopped, problem = slurm.cancel(grace_s, on_event)
+            errors = {} if problem is None else {
+                slurm.host.name: RemoteError(slurm.host.name, problem, kind="stop")}
+            return DownSummary(slurm.run_id, stopped, tuple(errors), errors=errors)
         run = self.current(refresh=True)
         if run is None:
             return DownSummary(None, (), ())
@@ -327,6 +375,8 @@ class RunController:
 
     def close(self) -> None:
         self.fleet.close()
+        if self._slurm_run is not None:
+            self._slurm_run.close()
 
     def __enter__(self) -> RunController:
         return self

@@ -129,11 +129,14 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
               help="Run on these hosts of the inventory only (the plan is made over them).")
 @click.option("--exclude", multiple=True, metavar="HOST[,HOST...]",
               shell_complete=complete_hosts_list, help="Leave these hosts out of this run.")
+@click.option("--on", "engine", type=click.Choice(["lab", "slurm"]), default="lab",
+              show_default=True, help="The lab's hosts, or one Slurm job submitted as the "
+              "inventory's `slurm:` says (README: When you outgrow the lab).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
        force: bool, ps_first: bool, all_at_once: bool, only: tuple[str, ...],
-       exclude: tuple[str, ...], as_json: bool) -> None:
+       exclude: tuple[str, ...], engine: str, as_json: bool) -> None:
     """Sync, run job.setup (cached), check the GPUs are free, start every task at once.
 
     On any failure everything started is stopped again. GPUs in use by other processes are
@@ -146,6 +149,7 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
       tfctl -i cluster.yaml up --wait && echo "job succeeded"
       tfctl up --exclude h3            # h3 is down today
       tfctl up --json | jq -r .run_id
+      tfctl up --on slurm --wait       # sbatch it to the cluster `slurm:` names
     """
     from tfctl.remote.errors import GpusBusy, RemoteError
     from tfctl.remote.runs.controller import RunController, UpOptions
@@ -159,8 +163,11 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
     with controller, rollback_on_interrupt(controller, hooks) as guard, \
             _one_line_errors(as_json):
         try:
-            with step_rows(controller, options, hooks, "tfctl up", launch=True) as on_event:
-                run_id = controller.up(options, on_event, hooks=hooks)
+            if engine == "slurm":  # sync once, sbatch; status, logs, wait, down follow it
+                run_id = controller.up_slurm(options, say)
+            else:
+                with step_rows(controller, options, hooks, "tfctl up", launch=True) as on_event:
+                    run_id = controller.up(options, on_event, hooks=hooks)
         except GpusBusy as exc:
             _refuse_busy(exc, as_json)
             say("nothing was started")
@@ -194,9 +201,10 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
 
 
 def _up_json(st: RunStatus, chosen: Selection) -> dict[str, Any]:
+    order = [h.name for h in chosen.inventory.hosts]  # a Slurm task's host may be its node
     return {"run_id": st.run_id, "inventory": chosen.inventory.name,
-            "hosts": sorted({t.host for t in st.tasks}, key=[h.name for h in
-                                                             chosen.inventory.hosts].index),
+            "hosts": sorted({t.host for t in st.tasks},
+                            key=lambda h: order.index(h) if h in order else len(order)),
             "left_out": list(chosen.left_out), "notes": list(chosen.notes),
             "tasks": [_task_json(t) for t in st.tasks]}
 

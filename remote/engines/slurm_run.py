@@ -1,0 +1,229 @@
+"""`tfctl up --on slurm`: the job submitted to a Slurm cluster, and the same run afterwards.
+
+The inventory's `slurm:` says where: `host: local` runs `sbatch` here, a host entry's name runs
+it there over tfctl's own SSH connection. `submit` syncs the code once to `slurm.workdir` (on
+the cluster's shared filesystem, so every node sees it; `remote/sync/rsync.py`, the lab's sync),
+writes the script `tfctl export slurm` prints into `<workdir>/.tfctl/slurm/`, runs `sbatch
+--parsable` there and remembers the job in the state file beside the inventory (as a lab run is
+remembered, `remote/runs/current.py`, with `engine: slurm`). `RunController` then hands status,
+logs, wait and down to a `SlurmRun` (`remote/engines/slurm_read.py` reads the state).
+
+`cancel` is `scancel`: Slurm signals every step (SIGTERM, SIGKILL after its `KillWait`) and the
+job leaves `COMPLETING` only once every step's processes are gone, which is what `down` waits
+for and verifies (no step of the job left in `squeue --steps`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.model import Host, Inventory, Slurm
+from tfctl.inventory.plan import Plan
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.transport import SshOptions, Transport, shell_path
+from tfctl.remote.engines.slurm import sbatch_script
+from tfctl.remote.engines.slurm_read import (
+    SlurmJob,
+    SlurmLogFollower,
+    SlurmStatus,
+    SlurmTask,
+    read_job,
+)
+from tfctl.remote.errors import RemoteError
+from tfctl.remote.runs.current import read_state, state_path
+from tfctl.remote.runs.status import describe_error, describe_fatal
+from tfctl.remote.sync.result import SyncResult
+
+Say = Callable[[str], None]
+ENGINE = "slurm"
+SUBMIT_HOST = "slurm"
+"""The submit host's name in messages when it is this machine (`host: local`)."""
+
+
+def submit_host(inv: Inventory) -> Host:
+    """The host `sbatch` runs on, with the Slurm workdir as its workdir."""
+    settings = inv.slurm or Slurm()
+    workdir = settings.workdir or inv.hosts[0].workdir
+    if settings.host == "local":
+        return Host(SUBMIT_HOST, "localhost", None, None, None, "~/.ssh/known_hosts", None,
+                    workdir, sys.executable, {}, (), 0, transport="local")
+    if settings.host not in {h.name for h in inv.hosts}:
+        raise InventoryError(inv.path, settings.line or None, "slurm.host",
+                             f"no host named {settings.host!r} in the inventory",
+                             "write `host: local` (sbatch runs here) or the name of a host "
+                             f"entry ({', '.join(h.name for h in inv.hosts)})")
+    return dataclasses.replace(inv.host(settings.host), workdir=workdir)
+
+
+class SlurmRun:
+    """One Slurm job of the inventory: submit it, read it, wait for it, cancel it."""
+
+    def __init__(self, inventory: Inventory, options: SshOptions | None = None,
+                 job: SlurmJob | None = None):
+        self.inventory = inventory
+        self.host = submit_host(inventory)
+        self.options = options or SshOptions()
+        self.fleet = Fleet(dataclasses.replace(inventory, hosts=(self.host,)), self.options)
+        self.job = job
+
+    @classmethod
+    def remembered(cls, inventory: Inventory, options: SshOptions | None = None
+                   ) -> SlurmRun | None:
+        """The run the state file names, when it is a Slurm run."""
+        state = read_state(inventory)
+        if state is None or state.get("engine") != ENGINE:
+            return None
+        return cls(inventory, options, job_from_state(state))
+
+    @property
+    def transport(self) -> Transport:
+        return self.fleet.transport(self.host)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.job.run_id if self.job else None
+
+    # -- submit -----------------------------------------------------------------------------
+    def submit(self, plan: Plan, say: Say, sync: bool = True) -> str:
+        """Sync (once, to the shared workdir), write the script, `sbatch` it, remember it."""
+        inv = self.inventory
+        name = f".tfctl/slurm/{inv.name}.sbatch"
+        script = sbatch_script(plan, name)  # bad `slurm:` settings fail before anything runs
+        if sync and inv.job.sync.enabled:
+            result = self.sync(say)
+            say(f"{self.host.name}: synced {result.files_transferred} files → {result.dest}")
+        wd = shell_path(self.host.workdir)
+        command = (f"mkdir -p {wd}/.tfctl/slurm && cd {wd} && cat > {shlex.quote(name)} && "
+                   f"pwd && sbatch --parsable {shlex.quote(name)}")
+        res = self.transport.run(command, stdin=script, timeout_s=120)
+        lines = res.stdout.strip().splitlines()
+        if not res.ok or len(lines) < 2 or not lines[-1].split(";")[0].isdigit():
+            raise RemoteError(self.host.name, "sbatch did not take the job",
+                              res.tail(), kind="sbatch")
+        job_id = lines[-1].split(";")[0]
+        self.job = SlurmJob(job_id, lines[0], inv.name,
+                            tuple(SlurmTask(t.name, t.host) for t in plan.tasks), inv.job.style)
+        remember_job(inv, self.job, self.host.name, plan.hosts_used)
+        say(f"{self.host.name}: submitted Slurm job {job_id} ({len(plan.tasks)} tasks; "
+            f"logs in {lines[0]}/.tfctl/slurm/{job_id}/)")
+        return self.job.run_id
+
+    def sync(self, say: Say) -> SyncResult:
+        from tfctl.remote.sync.rsync import source_dir, sync_host
+
+        inv = self.inventory
+        source = source_dir(inv)
+        if not os.path.isdir(source):
+            raise RemoteError("local", f"sync source {source!r} is not a folder",
+                              kind="sync_source")
+        return sync_host(self.transport, source, inv, self.options, False,
+                         lambda h, m: say(f"{h}: {m}"))
+
+    # -- read -------------------------------------------------------------------------------
+    def _job(self) -> SlurmJob:
+        if self.job is None:
+            raise LookupError("no Slurm job")
+        return self.job
+
+    def status(self, tail: int = 1) -> SlurmStatus:
+        return read_job(self.transport, self._job(), tail)
+
+    def log_follower(self, tasks: set[str] | None = None) -> SlurmLogFollower:
+        return SlurmLogFollower(self.transport, self._job(), tasks)
+
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> SlurmStatus | None:
+        """Block until the job has ended (None after `timeout` seconds): Slurm ended it, or its
+        script did and nothing but TensorBoard still runs (it may be kept until the limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st.slurm_ended or (st.job_ended and all(
+                    t.ended or t.type == "tensorboard" for t in st.tasks)):
+                return st
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            time.sleep(poll_s)
+
+    @staticmethod
+    def fatal_words(st: SlurmStatus) -> str | None:
+        """Why the job failed, in a sentence and the failing task's cause line (or None)."""
+        if not st.job_ended or st.exit_code == 0:
+            return None
+        task = st.fatal
+        job = st.run_id.removeprefix("slurm-")
+        if task is not None and (task.type in ("ps", "chief") or task.name == st.acting_chief):
+            return describe_fatal(task)
+        if task is not None:
+            return (f"{task.name} on {task.host} failed ({task.describe()}): Slurm job {job} "
+                    f"ended with exit status {st.exit_code}" + describe_error(task.last_lines))
+        why = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit",
+               "NODE_FAIL": "lost a node", "OUT_OF_MEMORY": "ran out of memory",
+               "PREEMPTED": "was preempted"}.get(st.job_state, f"ended {st.job_state}")
+        return (f"Slurm job {job} {why} (exit status {st.exit_code})"
+                + describe_error(st.driver_lines[-FAILED_LINES:]))
+
+    # -- stop -------------------------------------------------------------------------------
+    def cancel(self, grace_s: float, say: Say | None = None
+               ) -> tuple[tuple[str, ...], str | None]:
+        """`scancel` the job, then wait until Slurm says every step ended: the tasks that were
+        running, and a problem sentence if steps remain."""
+        job = self._job()
+        before = self.status()
+        if before.slurm_ended:
+            return (), None
+        running = tuple(t.name for t in before.tasks if not t.ended)
+        if say is not None:
+            say(f"cancelling Slurm job {job.job_id} on {self.host.name} (scancel: SIGTERM to "
+                "every step, SIGKILL after the cluster's KillWait)")
+        res = self.transport.run(f"scancel {job.job_id}", timeout_s=60)
+        if not res.ok:
+            raise RemoteError(self.host.name, f"scancel {job.job_id} failed", res.tail(),
+                              kind="command")
+        deadline = time.monotonic() + grace_s + 120
+        steps = ""
+        while time.monotonic() < deadline:
+            st = self.status()
+            steps = self._steps(job.job_id)
+            if st.slurm_ended and not steps:
+                return running, None
+            time.sleep(0.5)
+        return running, (f"Slurm job {job.job_id} still has steps after scancel: "
+                         f"{steps or 'state ' + self.status().job_state}")
+
+    def _steps(self, job_id: str) -> str:
+        res = self.transport.run(f"squeue -h --steps -j {job_id} -o '%i %j' 2>/dev/null",
+                                 timeout_s=60)
+        return " ".join(res.stdout.split()) if res.ok else ""
+
+    def close(self) -> None:
+        self.fleet.close()
+
+
+FAILED_LINES = 15
+
+
+def remember_job(inv: Inventory, job: SlurmJob, host: str, hosts: tuple[str, ...]) -> None:
+    """The state file beside the inventory, as `current.remember` writes it, plus the job."""
+    path = state_path(inv)
+    data: dict[str, Any] = {
+        "run_id": job.run_id, "inventory": os.path.abspath(inv.path), "hosts": list(hosts),
+        "engine": ENGINE, "job_id": job.job_id, "workdir": job.workdir, "name": job.name,
+        "style": job.style, "submit_host": host,
+        "tasks": [[t.name, t.host] for t in job.tasks]}
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(path + ".tmp", path)
+
+
+def job_from_state(state: dict[str, Any]) -> SlurmJob:
+    return SlurmJob(str(state["job_id"]), str(state["workdir"]), str(state["name"]),
+                    tuple(SlurmTask(str(n), str(h)) for n, h in state.get("tasks", [])),
+                    str(state.get("style", "tf_config")))

@@ -1,0 +1,182 @@
+"""`tfctl up --on slurm` against a real Slurm (tests/lab/slurm.py: munge, slurmctld, one slurmd
+per lab host in its network namespace): the bundled trainer trains to completion as one Slurm
+job in the flags (between-graph) style and under MultiWorkerMirroredStrategy; `down` mid-run
+cancels the job and leaves no process; a failed job is reported with its cause. `status`, `logs`
+and `wait` read the Slurm job, as they read a lab run."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.lab.lab import Lab
+from tests.lab.slurm import SlurmCluster, slurm_missing
+from tests.labtools import environ_of, examples_job_dir, job_dir, processes_of_run, tfctl
+
+pytestmark = [pytest.mark.lab]
+
+
+@pytest.fixture(scope="session")
+def slurm(lab: Lab) -> Iterator[SlurmCluster]:
+    """A real Slurm over the session's lab, started once, stopped with nothing left behind."""
+    why = slurm_missing()
+    if why is not None:
+        pytest.skip(why)
+    if not lab.isolated:
+        pytest.skip("a Slurm lab needs the network-namespace lab (root and `ip netns`)")
+    with SlurmCluster(lab) as cluster:
+        yield cluster
+    assert cluster.step_processes() == []
+
+
+@pytest.fixture
+def cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The session's Slurm, with no job left once the test is done."""
+    yield slurm
+    slurm.cancel_all()
+
+
+def write_inventory(lab: Lab, folder: Path, job: dict[str, Any], **kw: Any) -> Path:
+    data = lab.inventory_dict(job, **kw)
+    data["slurm"] = {"host": "local", "workdir": str(folder.parent / "shared")}
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def cli(cluster: SlurmCluster, inv: Path, *args: str, timeout: float = 240) -> Any:
+    return tfctl(inv, *args, timeout=timeout, env={"SLURM_CONF": str(cluster.conf)})
+
+
+def submit(cluster: SlurmCluster, inv: Path) -> str:
+    up = cli(cluster, inv, "up", "--on", "slurm", "--json")
+    assert up.returncode == 0, up.stdout + up.stderr
+    run_id = str(json.loads(up.stdout)["run_id"])
+    job_id = run_id.removeprefix("slurm-")
+    assert job_id.isdigit() and f"submitted Slurm job {job_id} " in up.stderr
+    return run_id
+
+
+def until_running(cluster: SlurmCluster, inv: Path, tasks: int, timeout_s: float = 60
+                  ) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = json.loads(cli(cluster, inv, "status", "--json").stdout)
+        if sum(t["state"] == "running" for t in st["tasks"]) == tasks:
+            return st
+        assert time.monotonic() < deadline, st
+        time.sleep(0.5)
+
+
+def no_process_left(cluster: SlurmCluster, run_id: str) -> None:
+    """Nothing of the run on any node: no task tagged with it, no step keeper, no job."""
+    assert processes_of_run(run_id) == {}
+    assert cluster.step_processes() == []
+    assert cluster.jobs() == []
+
+
+def test_flags_between_graph_trains_to_completion_through_slurm(
+        lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
+    job = {"script": "train.py", "style": "flags", "args": ["--steps=20", "--log_every=10"]}
+    inv = write_inventory(lab, examples_job_dir(tmp_path), job, ps={"h1": 1, "h2": 0},
+                          hosts=["h1", "h2"])
+    run_id = submit(cluster, inv)
+    # While it runs: each task is its own step on its node, with the cluster in node names.
+    until_running(cluster, inv, 3)
+    running = {env["TFCTL_TASK"]: pid for pid, env in processes_of_run(run_id).items()
+               if env.get("SLURM_STEP_ID") and "--job_name" in " ".join(
+                   Path(f"/proc/{pid}/cmdline").read_text().split("\0"))}
+    for task, pid in running.items():
+        env = environ_of(pid)
+        assert env["SLURM_JOB_ID"] == run_id.removeprefix("slurm-")
+        assert env["SLURMD_NODENAME"] == ("h2" if task == "worker:1" else "h1")
+        argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        assert "--ps_hosts=h1:2222" in argv and "--worker_hosts=h1:2223,h2:2223" in argv
+    wait = cli(cluster, inv, "wait", "--timeout", "200", timeout=260)
+    logs = cli(cluster, inv, "logs", "-n", "200").stdout
+    assert wait.returncode == 0, wait.stderr + logs
+    assert f"run {run_id} finished with exit status 0" in wait.stderr
+    assert "worker:0 | RESULT" in logs
+    assert re.search(r"^sbatch +\| tfctl: the job has ended \(exit 0\)$", logs, re.M), logs
+    shared = tmp_path / "shared"  # the cluster's shared filesystem: the synced code, outputs
+    assert (shared / "train.py").is_file()
+    assert list((shared / "out" / "ckpt").glob("ckpt-*.index"))
+    st = json.loads(cli(cluster, inv, "status", "--json").stdout)
+    assert st["job_ended"] and st["exit_code"] == 0 and st["fatal"] is None
+    states = {t["name"]: (t["host"], t["state"], t["exit_code"]) for t in st["tasks"]}
+    assert states["worker:0"] == ("h1", "exited", 0)
+    assert states["ps:0"][:2] == ("h1", "stopped")  # only serves: stopped at the end
+    no_process_left(cluster, run_id)
+
+
+def test_multi_worker_mirrored_trains_to_completion_through_slurm(
+        lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
+    job = {"script": "train.py", "style": "tf_config", "args": ["--steps=20", "--log_every=10"]}
+    inv = write_inventory(lab, examples_job_dir(tmp_path), job, ps={"h1": 0, "h2": 0},
+                          hosts=["h1", "h2"])
+    run_id = submit(cluster, inv)
+    wait = cli(cluster, inv, "wait", "--timeout", "200", timeout=260)
+    logs = cli(cluster, inv, "logs", "-n", "200").stdout
+    assert wait.returncode == 0, wait.stderr + logs
+    assert "worker:0 | RESULT" in logs and '"style": "multi_worker"' in logs
+    assert "worker:1 | tfctl: worker:1 on h2 " in logs  # its own step, on its node
+    assert list((tmp_path / "shared" / "out" / "ckpt").glob("ckpt-*.index"))
+    no_process_left(cluster, run_id)
+
+
+def test_down_mid_run_cancels_the_job_and_leaves_no_process(
+        lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
+    job = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+    inv = write_inventory(lab, job_dir(tmp_path), job, hosts=["h1", "h2"])
+    run_id = submit(cluster, inv)
+    until_running(cluster, inv, 4)  # ps:0, ps:1, worker:0, worker:1
+    assert len(processes_of_run(run_id)) >= 4
+    down = cli(cluster, inv, "down", "--json")
+    assert down.returncode == 0, down.stdout + down.stderr
+    summary = json.loads(down.stdout)
+    assert summary["run_id"] == run_id and summary["clean"]
+    assert set(summary["stopped"]) == {"ps:0", "ps:1", "worker:0", "worker:1"}
+    no_process_left(cluster, run_id)
+    st = json.loads(cli(cluster, inv, "status", "--json").stdout)
+    assert st["job_ended"] and {t["state"] for t in st["tasks"]} == {"stopped"}
+    again = cli(cluster, inv, "down")
+    assert again.returncode == 0 and "nothing to stop" in again.stdout
+
+
+FAILING = """\
+import os, sys, time
+task = os.environ["TFCTL_TASK"]
+print(task, "starting", flush=True)
+if task.startswith("ps"):
+    while True:
+        time.sleep(1)
+if task == "worker:0":
+    open("data/train.csv")  # the data was never copied to the cluster
+time.sleep(1)
+"""
+
+
+def test_a_failed_job_is_reported_with_its_error(lab: Lab, cluster: SlurmCluster,
+                                                 tmp_path: Path) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "job.py").write_text(FAILING)
+    job = {"script": "job.py", "style": "flags"}
+    inv = write_inventory(lab, folder, job, ps={"h1": 1, "h2": 0}, hosts=["h1", "h2"])
+    run_id = submit(cluster, inv)
+    wait = cli(cluster, inv, "wait", "--timeout", "120", timeout=180)
+    assert wait.returncode == 1, wait.stdout + wait.stderr
+    assert "worker:0 on h1 failed (exited 1)" in wait.stderr
+    assert "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'" \
+        in wait.stderr
+    status = cli(cluster, inv, "status")
+    assert "worker:0 on h1 exited 1; its log says:" in status.stdout
+    assert "worker:0 | FileNotFoundError" in status.stdout
+    no_process_left(cluster, run_id)
