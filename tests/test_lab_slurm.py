@@ -43,9 +43,10 @@ def cluster(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
     slurm.cancel_all()
 
 
-def write_inventory(lab: Lab, folder: Path, job: dict[str, Any], **kw: Any) -> Path:
+def write_inventory(lab: Lab, folder: Path, job: dict[str, Any], submit: str = "local",
+                    **kw: Any) -> Path:
     data = lab.inventory_dict(job, **kw)
-    data["slurm"] = {"host": "local", "workdir": str(folder.parent / "shared")}
+    data["slurm"] = {"host": submit, "workdir": str(folder.parent / "shared")}
     path = folder / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -180,3 +181,27 @@ def test_a_failed_job_is_reported_with_its_error(lab: Lab, cluster: SlurmCluster
     assert "worker:0 on h1 exited 1; its log says:" in status.stdout
     assert "worker:0 | FileNotFoundError" in status.stdout
     no_process_left(cluster, run_id)
+
+
+def test_a_submit_host_reached_over_ssh(lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
+    """`slurm: {host: h1}`: the code goes to the workdir over tfctl's SSH connection (rsync), and
+    sbatch, squeue, scontrol and scancel run on h1 (its PATH has the cluster's clients)."""
+    for name, text in cluster.client_wrappers().items():
+        lab.write_tool("h1", name, text)
+    try:
+        job = {"script": "job.py", "style": "tf_config", "args": ["--steps=3"]}
+        inv = write_inventory(lab, job_dir(tmp_path), job, submit="h1", hosts=["h1", "h2"])
+        up = tfctl(inv, "up", "--on", "slurm")  # no SLURM_CONF here: only h1 knows the cluster
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "h1: submitted Slurm job" in up.stderr
+        assert (tmp_path / "shared" / "job.py").is_file()  # synced over SSH
+        assert (tmp_path / "shared" / ".tfctl" / "slurm" / "lab.sbatch").is_file()
+        wait = tfctl(inv, "wait", "--timeout", "60", timeout=120)
+        assert wait.returncode == 0, wait.stderr + tfctl(inv, "logs").stdout
+        logs = tfctl(inv, "logs", "worker:1").stdout
+        assert "worker:1 | worker:1 done" in logs and "sbatch" not in logs
+        run_id = json.loads(tfctl(inv, "status", "--json").stdout)["run_id"]
+        no_process_left(cluster, run_id)
+    finally:
+        for name in cluster.client_wrappers():
+            lab.remove_from_path("h1", name)

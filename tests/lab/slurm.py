@@ -188,6 +188,12 @@ PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
         return done
 
+    def client_wrappers(self) -> dict[str, str]:
+        """The Slurm client commands as scripts pointed at this cluster (SLURM_CONF), by name:
+        for a lab host's PATH, where tfctl reaches them over SSH (the real programs run)."""
+        return {name: f'#!/bin/sh\nSLURM_CONF={self.conf} exec {_program(name)} "$@"\n'
+                for name in (*CLIENTS, "sacct")}
+
     def jobs(self) -> list[str]:
         """Job ids Slurm still runs or holds (pending, running, completing)."""
         return self.run("squeue", "-h", "-o", "%i").stdout.split()
