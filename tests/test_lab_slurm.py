@@ -19,6 +19,8 @@ import yaml
 from tests.lab.lab import Lab
 from tests.lab.slurm import SlurmCluster, slurm_missing
 from tests.labtools import environ_of, examples_job_dir, job_dir, processes_of_run, tfctl
+from tfctl.inventory import load_inventory
+from tfctl.remote.runs.controller import RunController
 
 pytestmark = [pytest.mark.lab]
 
@@ -133,12 +135,22 @@ def test_multi_worker_mirrored_trains_to_completion_through_slurm(
 
 
 def test_down_mid_run_cancels_the_job_and_leaves_no_process(
-        lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
+        lab: Lab, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
     inv = write_inventory(lab, job_dir(tmp_path), job, hosts=["h1", "h2"])
     run_id = submit(cluster, inv)
     until_running(cluster, inv, 4)  # ps:0, ps:1, worker:0, worker:1
     assert len(processes_of_run(run_id)) >= 4
+    # The dashboard's reads (RunController.host_status, log_follower) see the Slurm run too.
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    with RunController(load_inventory(str(inv))) as controller:
+        on_h2 = controller.host_status("h2")
+        assert {(t.name, t.state) for t in on_h2} == {("ps:1", "running"),
+                                                      ("worker:1", "running")}
+        follower = controller.log_follower({"worker:1"})
+        assert follower is not None
+        lines = follower.poll(tail_lines=50).lines
+        assert ("worker:1", "worker:1 starting, argv=['--forever']") in lines
     down = cli(cluster, inv, "down", "--json")
     assert down.returncode == 0, down.stdout + down.stderr
     summary = json.loads(down.stdout)

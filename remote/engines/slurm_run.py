@@ -136,6 +136,10 @@ class SlurmRun:
     def status(self, tail: int = 1) -> SlurmStatus:
         return read_job(self.transport, self._job(), tail)
 
+    def tasks_on(self, host: str) -> set[str]:
+        """The tasks planned on lab host `host` (each runs on the node that stands for it)."""
+        return {t.name for t in self._job().tasks if t.host == host}
+
     def log_follower(self, tasks: set[str] | None = None) -> SlurmLogFollower:
         return SlurmLogFollower(self.transport, self._job(), tasks)
 

@@ -171,7 +171,10 @@ class RunController:
         servers are stopped and the end recorded (`stopped`)."""
         if (slurm := self.slurm()) is not None:
             found = slurm.status(tail)
-            return StatusReport(CurrentRun(found.run_id, "state file", ()), found, ())
+            said = f"{found.job_state} ({found.reason})" if found.reason not in ("", "None") \
+                else found.job_state
+            return StatusReport(CurrentRun(found.run_id, f"state file; Slurm says {said}", ()),
+                                found, ())
         run = self.current()
         if run is None:
             return None
@@ -184,8 +187,8 @@ class RunController:
 
     def host_status(self, host: str) -> tuple[TaskStatus, ...]:
         """One host's tasks of the current run (raises RemoteError if it is unreachable)."""
-        if (slurm := self.slurm()) is not None:
-            return tuple(t for t in slurm.status().tasks if t.host == host)
+        if (slurm := self.slurm()) is not None:  # the tasks planned there, wherever they run
+            return tuple(t for t in slurm.status().tasks if t.name in slurm.tasks_on(host))
         run = self.current()
         if run is None or host not in run.hosts:
             return ()
@@ -329,6 +332,9 @@ class RunController:
         run = self.current()
         if run is None:
             raise LookupError("no run")
+        if self.slurm() is not None:
+            raise RemoteError("slurm", "a Slurm run's task restarts only inside its job, as "
+                              "`restart:` says: `tfctl down` and `up --on slurm` again")
         host = self._task_host(run, task)
         stop_run(self.fleet, run.run_id, [host], grace_s=5.0, tasks=[task])
         t = self.fleet.transport(host)
