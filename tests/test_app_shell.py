@@ -58,7 +58,11 @@ async def test_x_opens_the_selected_task_then_the_host_under_the_cursor() -> Non
 @sync
 async def test_x_where_the_terminal_cannot_be_handed_over_says_so() -> None:
     called: list[str] = []
-    app, _, notes = lab_app(shell=lambda target: called.append(target) or 0)
+    def shell(target: str) -> int:
+        called.append(target)
+        return 0
+
+    app, _, notes = lab_app(shell=shell)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         await pilot.press("x")

@@ -6,6 +6,7 @@ through such a config for real; these pin the precedence rules on parsed config 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,75 @@ print(before, target.hostname, "invoke" in sys.modules)
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert proc.stdout.split() == ["False", "10.4.4.4", "True"]
+
+
+# ---------------------------------------------------------------- OpenSSH's own answer (ssh -G)
+
+needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the ssh client")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME with its own ~/.ssh/config (passed to `ssh -G -F`, as HOME is not the account's)."""
+    (tmp_path / ".ssh").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("TFCTL_SSH_G", raising=False)
+    return tmp_path
+
+
+@needs_ssh
+def test_openssh_resolves_include_match_and_the_known_hosts_files(home: Path) -> None:
+    (home / ".ssh" / "extra.conf").write_text(
+        "Host titan\n  HostName 192.168.0.80\n  Port 2200\n  IdentityFile ~/.ssh/id_titan\n"
+        "  IdentitiesOnly yes\n  HostKeyAlias titan-key\n"
+        f"  UserKnownHostsFile {home}/lab_known\n  GlobalKnownHostsFile /srv/ssh_known_hosts\n")
+    (home / ".ssh" / "id_titan").write_text("not read here")
+    (home / ".ssh" / "config").write_text(
+        f"Include {home}/.ssh/extra.conf\nMatch user carol\n  Port 2300\nHost *\n  User fallback\n")
+    t = resolve("titan")
+    assert (t.hostname, t.port, t.user) == ("192.168.0.80", 2200, "fallback")
+    assert t.key_filenames == (str(home / ".ssh" / "id_titan"),)
+    assert not t.look_for_keys and not t.allow_agent  # IdentitiesOnly
+    assert t.host_key_alias == "titan-key"
+    assert t.known_hosts_files == (str(home / "lab_known"), "/srv/ssh_known_hosts")
+    # The inventory's values win (and OpenSSH's `Match user` sees the inventory's user).
+    t = resolve("titan", user="carol", identity_file="/keys/lab")
+    assert (t.user, t.port) == ("carol", 2200)  # Host titan's Port came first: first one wins
+    assert t.key_filenames[0] == "/keys/lab"
+    assert resolve("titan", port=22).port == 22
+
+
+@needs_ssh
+def test_an_alias_without_config_is_reached_as_before(home: Path) -> None:
+    import getpass
+
+    t = resolve("10.1.2.3")
+    assert (t.hostname, t.port, t.user) == ("10.1.2.3", 22, getpass.getuser())
+    assert t.key_filenames == () and t.look_for_keys and t.allow_agent
+    assert t.jumps == () and t.proxy_command is None and t.host_key_alias is None
+
+
+@needs_ssh
+def test_openssh_jumps_and_proxy_command_tokens(home: Path) -> None:
+    (home / ".ssh" / "config").write_text(
+        "Host gtx*\n  ProxyJump alice@bastion:2022\nHost bastion\n  HostName 10.0.0.1\n"
+        "Host behind\n  ProxyCommand nc -x proxy:3128 %h %p\n")
+    (hop,) = resolve("gtx970").jumps
+    assert (hop.hostname, hop.user, hop.port) == ("10.0.0.1", "alice", 2022)
+    assert resolve("behind", port=2201).proxy_command == "nc -x proxy:3128 behind 2201"
+
+
+@needs_ssh
+def test_a_broken_config_is_one_sentence(home: Path) -> None:
+    (home / ".ssh" / "config").write_text("Host x\n  NoSuchDirective yes\n")
+    with pytest.raises(RemoteError, match="your ssh config cannot be read"):
+        resolve("x")
+
+
+def test_without_an_ssh_client_paramiko_reads_the_config(home: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (home / ".ssh" / "config").write_text("Host box\n  HostName 10.0.0.5\n  HostKeyAlias k\n")
+    monkeypatch.setenv("PATH", str(home))  # no `ssh` on it
+    t = resolve("box")
+    assert t.hostname == "10.0.0.5" and t.host_key_alias is None  # paramiko knows no alias

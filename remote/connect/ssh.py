@@ -22,7 +22,14 @@ from typing import Any
 
 from tfctl.inventory.model import Host
 from tfctl.remote.connect._paramiko import paramiko
-from tfctl.remote.connect.hostkeys import VerifyingPolicy, changed_key_error, known_hosts_name
+from tfctl.remote.connect.hostkeys import (
+    VerifyingPolicy,
+    certificates_first,
+    changed_key_error,
+    known_hosts_name,
+    read_known_hosts,
+    refuse_revoked,
+)
 from tfctl.remote.connect.sshconfig import Target, resolve
 from tfctl.remote.connect.transport import Result, SshOptions
 from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
@@ -106,17 +113,28 @@ class SshTransport:
         client = paramiko.SSHClient()
         opened.append(client)
         known = os.path.expanduser(self.host.known_hosts)
-        if os.path.exists(known):
-            client.load_host_keys(known)
-        client.set_missing_host_key_policy(
-            VerifyingPolicy(self.host.name, known, self.options.accept_new_host_keys))
+        files = (known, *target.known_hosts_files)
+        book = read_known_hosts(files)
+        name = target.host_key_alias or known_hosts_name(target.hostname, target.port)
+        plain = [k for k in book if not k.marker and k.matches(name)]
+        cas = [k for k in book if k.marker == "@cert-authority" and k.matches(name)]
+        for entry in plain:  # under the name paramiko looks up; it compares them itself
+            if (pkey := entry.pkey()) is not None:
+                client.get_host_keys().add(known_hosts_name(target.hostname, target.port),
+                                           entry.key_type, pkey)
+        client.set_missing_host_key_policy(VerifyingPolicy(
+            self.host.name, known, self.options.accept_new_host_keys, name, cas, files))
         keys: Any = list(target.key_filenames) or None  # paramiko takes a list of files too
         try:
             client.connect(target.hostname, target.port, target.user, timeout=timeout,
-                           key_filename=keys, look_for_keys=target.look_for_keys, sock=sock)
+                           key_filename=keys, look_for_keys=target.look_for_keys, sock=sock,
+                           allow_agent=target.allow_agent,
+                           transport_factory=certificates_first if cas and not plain else None)
+            refuse_revoked(self.host.name, client, book, name)
         except paramiko.BadHostKeyException as exc:
-            name = known_hosts_name(target.hostname, target.port)
-            raise changed_key_error(self.host.name, known, name, exc) from None
+            where = next((k for k in plain if k.blob == exc.expected_key.asbytes()), None)
+            raise changed_key_error(self.host.name, where.path if where else known, name,
+                                    exc) from None
         except RemoteError:
             raise
         except BaseException as exc:

@@ -1,9 +1,11 @@
 """Where and as whom to connect: the inventory's settings over the user's OpenSSH config.
 
-What Fabric's `Connection` used to resolve for us, without importing Fabric and invoke (~50 ms
-of every command's start): `~/.ssh/config` (then `/etc/ssh/ssh_config`, first value wins, as
-OpenSSH reads them) gives an alias its `HostName`, `User`, `Port`, `IdentityFile`, `ProxyJump`
-and `ProxyCommand`; what the inventory sets explicitly wins over the config.
+Where an `ssh` client is installed, OpenSSH itself resolves the alias (`ssh -G`, openssh.py):
+`Include`, `Match`, tokens, `IdentitiesOnly`, `HostKeyAlias` and the known-hosts files are its
+own. Without one, paramiko's parser reads `~/.ssh/config` (then `/etc/ssh/ssh_config`, first
+value wins) for `HostName`, `User`, `Port`, `IdentityFile`, `ProxyJump` and `ProxyCommand`.
+Either way what the inventory sets explicitly wins over the config, and an alias no config
+names is reached as itself, on port 22, as the local user, with the default keys.
 """
 
 from __future__ import annotations
@@ -11,12 +13,19 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import re
 from dataclasses import dataclass, field
 
+from tfctl.remote.connect import openssh
 from tfctl.remote.connect._paramiko import load_invoke, paramiko
 from tfctl.remote.errors import RemoteError
 
 CONFIG_FILES = ("~/.ssh/config", "/etc/ssh/ssh_config")
+DEFAULT_IDENTITIES = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ecdsa_sk",
+                      "~/.ssh/id_ed25519", "~/.ssh/id_ed25519_sk", "~/.ssh/id_xmss",
+                      "~/.ssh/id_dsa")
+"""What `ssh -G` lists when no IdentityFile is configured (ssh_config(5)); paramiko's
+`look_for_keys` tries the same files, so these are left to it, as before."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,12 @@ class Target:
     jumps: tuple[Target, ...] = field(default=())
     """Hops to go through, first hop first (ProxyJump, or the inventory's `jump:`)."""
     proxy_command: str | None = None
+    known_hosts_files: tuple[str, ...] = ()
+    """OpenSSH's UserKnownHostsFile and GlobalKnownHostsFile for this host (`ssh -G`)."""
+    host_key_alias: str | None = None
+    """HostKeyAlias: the name its key is looked up (and recorded) under in known_hosts."""
+    allow_agent: bool = True
+    """False with IdentitiesOnly: only the listed key files are offered."""
 
     @property
     def where(self) -> str:
@@ -87,6 +102,8 @@ def resolve(alias: str, user: str | None = None, port: int | None = None,
     if depth > 8:
         raise RemoteError(alias, "ProxyJump chain is longer than 8 hops (a loop?)",
                           "check ProxyJump in your ssh config")
+    if config is None and (ssh := openssh.ssh_binary()) is not None:
+        return _from_openssh(ssh, alias, user, port, identity_file, jump, depth)
     config = config if config is not None else user_ssh_config()
     found = lookup(config, alias)
     keys = [os.path.expanduser(identity_file)] if identity_file else []
@@ -105,7 +122,43 @@ def resolve(alias: str, user: str | None = None, port: int | None = None,
         jumps=jumps, proxy_command=command)
 
 
-def _hop(spec: str, identity_file: str | None, config: paramiko.SSHConfig, depth: int
+def _from_openssh(ssh: str, alias: str, user: str | None, port: int | None,
+                  identity_file: str | None, jump: str | None, depth: int) -> Target:
+    """`resolve` with OpenSSH's own answer; the inventory's user and port go in as -l/-p."""
+    found = openssh.settings(ssh, alias, user, port)
+
+    def one(key: str) -> str | None:
+        values = found.get(key)
+        return values[0] if values and values[0].lower() != "none" else None
+
+    only = (one("identitiesonly") or "no").lower() == "yes"
+    listed = [] if tuple(found.get("identityfile", ())) == DEFAULT_IDENTITIES and not only \
+        else [os.path.expanduser(k) for k in found.get("identityfile", ())]
+    keys = [os.path.expanduser(identity_file)] if identity_file else []
+    keys += [k for k in listed if os.path.exists(k)]
+    hostname = one("hostname") or alias
+    port_used = int(port or int(one("port") or 22))
+    user_used = str(user or one("user") or getpass.getuser())
+    hop_spec = jump or one("proxyjump")
+    jumps = tuple(_hop(h, identity_file, None, depth) for h in hop_spec.split(",")) \
+        if hop_spec else ()
+    command = None if hop_spec else one("proxycommand")
+    if command:
+        tokens = {"%h": hostname, "%p": str(port_used), "%r": user_used, "%n": alias,
+                  "%%": "%"}
+        command = re.sub(r"%[hprn%]", lambda m: tokens[m.group(0)], command)
+    files = [f for key in ("userknownhostsfile", "globalknownhostsfile")
+             for value in found.get(key, ()) for f in value.split()]
+    return Target(
+        hostname=hostname, port=port_used, user=user_used,
+        key_filenames=tuple(dict.fromkeys(keys)),
+        look_for_keys=identity_file is None and not only,
+        jumps=jumps, proxy_command=command,
+        known_hosts_files=tuple(dict.fromkeys(os.path.expanduser(f) for f in files)),
+        host_key_alias=one("hostkeyalias"), allow_agent=not only)
+
+
+def _hop(spec: str, identity_file: str | None, config: paramiko.SSHConfig | None, depth: int
          ) -> Target:
     """One `[user@]host[:port]` of a jump list, itself resolved through the config; it is
     offered the host's own key first (the inventory names one key per host)."""
