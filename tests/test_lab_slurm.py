@@ -217,3 +217,16 @@ def test_a_submit_host_reached_over_ssh(lab: Lab, cluster: SlurmCluster, tmp_pat
     finally:
         for name in cluster.client_wrappers():
             lab.remove_from_path("h1", name)
+
+
+def test_a_submit_host_that_is_no_host_entry_is_one_clear_sentence(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    inv = tmp_path / "cluster.yaml"
+    inv.write_text(yaml.safe_dump({
+        "name": "bad", "job": {"script": "train.py"},
+        "hosts": [{"name": "a", "address": "127.0.0.1", "transport": "local"}],
+        "slurm": {"host": "login1", "workdir": str(tmp_path / "shared")}}))
+    up = tfctl(inv, "up", "--on", "slurm")
+    assert up.returncode == 2 and "Traceback" not in up.stderr
+    assert "slurm.host: no host named 'login1' in the inventory" in up.stderr
+    assert not (tmp_path / "shared").exists()  # nothing synced, nothing submitted

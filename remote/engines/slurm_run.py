@@ -106,8 +106,9 @@ class SlurmRun:
         res = self.transport.run(command, stdin=script, timeout_s=120)
         lines = res.stdout.strip().splitlines()
         if not res.ok or len(lines) < 2 or not lines[-1].split(";")[0].isdigit():
-            raise RemoteError(self.host.name, "sbatch did not take the job",
-                              res.tail(), kind="sbatch")
+            said = "\n".join(res.stderr.strip().splitlines()[-10:]) or res.tail()
+            raise RemoteError(self.host.name, "sbatch did not take the job", said,
+                              kind="sbatch")
         job_id = lines[-1].split(";")[0]
         self.job = SlurmJob(job_id, lines[0], inv.name,
                             tuple(SlurmTask(t.name, t.host) for t in plan.tasks), inv.job.style)
