@@ -158,8 +158,14 @@ def op_status(req: dict[str, Any]) -> dict[str, Any]:
 
 def op_stop(req: dict[str, Any]) -> dict[str, Any]:
     workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
-    return stop_tasks(run_dir_of(workdir, run_id), run_id, req.get("tasks"),
-                      float(req.get("grace_s", 10.0)))
+    run_dir, names = run_dir_of(workdir, run_id), req.get("tasks")
+    if names is not None and req.get("known_only"):  # those of the tasks named that run here
+        known = {t.get("name") for t in (read_json(os.path.join(run_dir, "manifest.json"))
+                                         or {}).get("tasks", [])}
+        names = [n for n in names if n in known]
+        if not names:
+            return {"stopped": []}
+    return stop_tasks(run_dir, run_id, names, float(req.get("grace_s", 10.0)))
 
 
 def op_finish(req: dict[str, Any]) -> dict[str, Any]:

@@ -145,25 +145,30 @@ class _Sessions:
     def __init__(self) -> None:
         self.idle: list[Pipe] = []
         self.lock = threading.Lock()
+        self.owed: dict[int, int] = {}
+        """id(pipe) → answers still to come to requests nobody waited for (`post`)."""
 
-    def take(self) -> Pipe | None:
+    def take(self) -> tuple[Pipe, int] | None:
         with self.lock:
             while self.idle:
                 pipe = self.idle.pop()
+                owed = self.owed.pop(id(pipe), 0)
                 if pipe.alive:
-                    return pipe
+                    return pipe, owed
                 pipe.close()
         return None
 
     def drain(self) -> list[Pipe]:
         with self.lock:
-            pipes, self.idle = self.idle, []
+            pipes, self.idle, self.owed = self.idle, [], {}
         return pipes
 
-    def give(self, pipe: Pipe) -> None:
+    def give(self, pipe: Pipe, owed: int = 0) -> None:
         with self.lock:
             if len(self.idle) < MAX_IDLE_SESSIONS:
                 self.idle.append(pipe)
+                if owed:
+                    self.owed[id(pipe)] = owed
                 return
         pipe.close()
 
@@ -205,6 +210,27 @@ def prestart(transport: Transport) -> None:
     sessions.give(pipe)
 
 
+def post(transport: Transport, op: str, args: dict[str, Any] | None = None) -> None:
+    """Send agent operation `op` on the host's idle session without waiting for its answer.
+
+    For a last word that needs no reply (`up` telling each host's watcher that the whole run
+    is up): the agent acts on it while the client goes on, and its answer is read and dropped
+    by the next call on that session, or the agent sees its input end after it (`end_sessions`)
+    and exits. Without an idle session (or pipes) it is an ordinary call."""
+    sessions = _sessions_of(transport)
+    taken = sessions.take() if getattr(transport, "open_pipe", None) is not None else None
+    if taken is None:
+        call(transport, op, args)
+        return
+    pipe, owed = taken
+    try:
+        pipe.send(json.dumps(dict(args or {}, op=op), default=str).encode() + b"\n")
+    except BaseException:
+        pipe.close()
+        raise
+    sessions.give(pipe, owed + 1)
+
+
 def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
          timeout_s: float | None = 60.0) -> Any:
     """Run agent operation `op` on the transport's host and return its `result`."""
@@ -219,16 +245,19 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
             raise _no_answer(transport, op, res.exit_code, res.tail())
         return _result(transport, answer)
     sessions = _sessions_of(transport)
-    pipe = sessions.take()
+    taken = sessions.take()
     ack_timeout_s = timeout_s  # a new session: the interpreter may be slow to start
-    if pipe is None:
-        pipe = opener(command)
+    if taken is None:
+        pipe, owed = opener(command), 0
         pipe.send(payload().line)
     else:  # a session already up acknowledges within a round trip, or its link is dead
+        pipe, owed = taken
         options = getattr(transport, "options", None)
         link_s = float(getattr(options, "connect_timeout_s", 5.0))
         ack_timeout_s = link_s if timeout_s is None else min(timeout_s, link_s)
     try:
+        for _ in range(owed):  # answers to posted requests: nobody waits for them
+            _read_answer(pipe, transport, "(posted)", timeout_s, ack_timeout_s)
         pipe.send(request)
         answer = _marked([_read_answer(pipe, transport, op, timeout_s, ack_timeout_s)])
         if answer is None:

@@ -177,10 +177,12 @@ class StopAnswer:
 
 def stop(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = None,
          grace_s: float = 10.0) -> StopAnswer:
-    """TERM, grace, KILL, verify: the run's tasks on this host, or only `tasks` (op `stop`)."""
+    """TERM, grace, KILL, verify: the run's tasks on this host, or only those of `tasks` that
+    run here (op `stop`; names of other hosts' tasks are passed over)."""
     a = agentclient.call(t, "stop", {"workdir": workdir, "run_id": run_id,
                                      "tasks": None if tasks is None else list(tasks),
-                                     "grace_s": grace_s}, timeout_s=grace_s + 60)
+                                     "known_only": True, "grace_s": grace_s},
+                         timeout_s=grace_s + 60)
     return StopAnswer(tuple(a.get("stopped", ())), tuple(a.get("killed_after_grace", ())),
                       tuple(a.get("remaining_pids", ())), tuple(a.get("gpu_pids", ())),
                       a.get("gpu_error"))
@@ -270,3 +272,71 @@ def procs(t: Transport, pids: Sequence[int]) -> dict[int, Raw | None]:
     """What the host's /proc says of each pid (None: gone or not visible) (op `procs`)."""
     answer = agentclient.call(t, "procs", {"pids": list(pids)})["procs"]
     return {int(p): info for p, info in answer.items()}
+
+
+# ---------------------------------------------------------------- `up` in two requests per host
+
+@dataclass(frozen=True)
+class UpCheck:
+    """Everything `up` must know of one host before anything starts anywhere (op `up_check`)."""
+
+    sync: SyncDiff | None
+    """What differs of the synced tree (None: no sync asked)."""
+    setup: Raw | None
+    """{"cached": bool, "hash", "log", "done_at"} (None: no setup asked)."""
+    gpus_stdout: str | None
+    """The busy-GPU program's output (None: no GPU task here)."""
+    ports: tuple[PortState, ...]
+    live_runs: tuple[str, ...]
+
+
+def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | None,
+             gpus_script: str | None, port_numbers: Sequence[int]) -> UpCheck:
+    a = agentclient.call(t, "up_check", {"workdir": workdir, "entries": entries,
+                                         "setup": None if setup is None else dict(setup),
+                                         "gpus_script": gpus_script,
+                                         "ports": list(port_numbers)}, timeout_s=90)
+    sync, gpus = a.get("sync"), a.get("gpus")
+    differ = None if sync is None else sync.get("differ")
+    return UpCheck(
+        None if sync is None else SyncDiff(str(sync["dest"]), bool(sync.get("rsync")),
+                                           sync.get("count"),
+                                           None if differ is None else tuple(differ)),
+        a.get("setup"), None if gpus is None else str(gpus.get("stdout") or ""),
+        tuple(PortState(int(s["port"]), bool(s.get("free")), s.get("tfctl_run_id"),
+                        s.get("tfctl_task"), s) for s in a.get("ports", ())),
+        tuple(a.get("live_runs") or ()))
+
+
+@dataclass(frozen=True)
+class UpGo:
+    """One round of a host's start (op `up_go`): the tasks settled, and with every task of the
+    host up in the last phase, its status."""
+
+    waited: dict[str, StartState]
+    status: StatusAnswer | None = None
+
+
+def up_go(t: Transport, workdir: str, run_id: str, *, manifest: Raw | None = None,
+          setup_log: str | None = None, launch: Sequence[str] = (), wait: Sequence[str] = (),
+          timeout_s: float = 2.0, status_tail: int | None = None) -> UpGo:
+    """Prepare the run (with `manifest`), start `launch`, wait up to `timeout_s` for `wait` to
+    listen or end; the host's status once they are all up (with `status_tail`)."""
+    args: dict[str, Any] = {"workdir": workdir, "run_id": run_id, "launch": list(launch),
+                            "wait": list(wait), "timeout_s": timeout_s, "status": status_tail}
+    if manifest is not None:
+        args.update(manifest=dict(manifest), setup_log=setup_log)
+    a = agentclient.call(t, "up_go", args, timeout_s=timeout_s + 45)
+    st = a.get("status")
+    return UpGo({n: _start_state(n, raw) for n, raw in (a.get("waited") or {}).items()},
+                None if st is None else StatusAnswer(
+                    st["run_id"], st["run_dir"], tuple(st.get("tasks", ())), st.get("finished"),
+                    bool(st.get("live")), st.get("created_at"), st.get("inventory"),
+                    st.get("hostname")))
+
+
+def post_mark_up(t: Transport, workdir: str, run_id: str) -> None:
+    """Tell the host's watcher that `up` verified the whole run (op `status` with `mark_up`),
+    without waiting for the answer: nothing in `up` depends on it."""
+    agentclient.post(t, "status", {"workdir": workdir, "run_id": run_id, "tail": 0,
+                                   "mark_up": True})

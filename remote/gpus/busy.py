@@ -192,9 +192,16 @@ def judge_host(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
 
 def read_host(t: Transport, tokens: Sequence[str], own_run_id: str | None = None) -> HostGpus:
     """One host: nvidia-smi in one round trip, then /proc for the pids on assigned GPUs."""
-    host = t.host.name
     res = t.run("sh -c " + shlex.quote(nvsmi_script()), timeout_s=30)
-    gpus, apps, error = parse_nvsmi_output(res.stdout)
+    return judge_listing(t, res.stdout, tokens, own_run_id)
+
+
+def judge_listing(t: Transport, stdout: str, tokens: Sequence[str],
+                  own_run_id: str | None = None) -> HostGpus:
+    """One host's `nvsmi_script()` output judged (read by `read_host`, or by `up`'s one check
+    per host); the agent is asked about the pids only when some sit on assigned GPUs."""
+    host = t.host.name
+    gpus, apps, error = parse_nvsmi_output(stdout)
     if error is not None:
         return HostGpus(host, error=error)
     assigned = assigned_indices(tokens, gpus)

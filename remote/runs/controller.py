@@ -271,6 +271,15 @@ class RunController:
         self.starting_run_id = None
         for w in self.plan.warnings:
             say(WARNING + w)
+        from tfctl.remote.runs.onetrip import up_in_two_trips  # two requests per host
+
+        done = up_in_two_trips(self.fleet, self.plan, say, hooks, options,
+                               lambda chosen: setattr(self, "starting_run_id", chosen))
+        if done is not None:
+            run_id, self.up_status = done
+            remember(self.inventory, run_id, self.plan.hosts_used)
+            self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
+            return run_id
         setup = self.setup(options, say, hooks=hooks)
         busy_gpu_step(self.fleet, self.plan, options.force, say)
         run_id = self.starting_run_id = new_run_id()

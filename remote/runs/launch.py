@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -86,10 +86,10 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
     everything back.
     """
     hosts = plan.hosts_used
-    _raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
+    raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
     started: list[Started] = []
     try:
-        _raise_first(fleet.map(lambda t: _prepare(t, plan, run_id, start_timeout_s), hosts),
+        raise_first(fleet.map(lambda t: _prepare(t, plan, run_id, start_timeout_s), hosts),
                      "prepare")
         for phase in PHASES if ps_first else (tuple(t for p in PHASES for t in p),):
             names = [t.name for t in plan.tasks if t.type in phase]
@@ -98,22 +98,37 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
             say(f"starting {', '.join(names)}")
             started += _start_phase(fleet, plan, run_id, phase, start_timeout_s)
     except BaseException as exc:
-        cleaned = rollback(fleet, plan, run_id)
-        if isinstance(exc, LaunchFailed):
-            exc.cleaned = cleaned
-            raise
-        if isinstance(exc, RemoteError):
-            raise LaunchFailed(exc.host, exc.what, exc.detail, cleaned) from None
-        if isinstance(exc, KeyboardInterrupt):
-            say(f"interrupted: {cleaned}")
-            raise Interrupted(cleaned) from None
-        raise
+        raise rolled_back(fleet, plan, run_id, exc, say) from None
     return started
 
 
+def rolled_back(fleet: Fleet, plan: Plan, run_id: str, exc: BaseException,
+                say: Say) -> BaseException:
+    """Stop everything run `run_id` started, then what to raise for `exc`: a `LaunchFailed`
+    saying what was cleaned, `Interrupted` for Ctrl-C, anything else as it was."""
+    cleaned = rollback(fleet, plan, run_id)
+    if isinstance(exc, LaunchFailed):
+        exc.cleaned = cleaned
+        return exc
+    if isinstance(exc, RemoteError):
+        return LaunchFailed(exc.host, exc.what, exc.detail, cleaned)
+    if isinstance(exc, KeyboardInterrupt):
+        say(f"interrupted: {cleaned}")
+        return Interrupted(cleaned)
+    return exc
+
+
 def _preflight(host: str, t: Any, plan: Plan) -> None:
-    ports = sorted({x.port for x in plan.on_host(host) if x.port is not None})
-    for state in agentops.ports(t, ports):
+    judge_ports(host, agentops.ports(t, task_ports(plan, host)), plan)
+
+
+def task_ports(plan: Plan, host: str) -> list[int]:
+    return sorted({x.port for x in plan.on_host(host) if x.port is not None})
+
+
+def judge_ports(host: str, states: Iterable[agentops.PortState], plan: Plan) -> None:
+    """Raise `LaunchFailed` for the first task port that is taken on `host`."""
+    for state in states:
         port = state.port
         if not state.free:
             task = next(x.name for x in plan.on_host(host) if x.port == port)
@@ -125,13 +140,19 @@ def _preflight(host: str, t: Any, plan: Plan) -> None:
                                      f"{describe_holder(state.raw)}; stop it or change job.ports")
 
 
+def host_manifest(plan: Plan, host: str, run_id: str, start_timeout_s: float
+                  ) -> dict[str, Any]:
+    """What a host's run directory records of the run (`manifest.json`): its tasks and rules."""
+    return {"run_id": run_id, "inventory": plan.inventory.name, "host": host,
+            "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
+            "throughput_patterns": list(plan.inventory.job.throughput),
+            "end": end_rule(plan, start_timeout_s),
+            "tasks": [task_manifest(x, plan) for x in plan.on_host(host)]}
+
+
 def _prepare(t: Any, plan: Plan, run_id: str, start_timeout_s: float) -> None:
     host = t.host
-    manifest = {"run_id": run_id, "inventory": plan.inventory.name, "host": host.name,
-                "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
-                "throughput_patterns": list(plan.inventory.job.throughput),
-                "end": end_rule(plan, start_timeout_s),
-                "tasks": [task_manifest(x, plan) for x in plan.on_host(host.name)]}
+    manifest = host_manifest(plan, host.name, run_id, start_timeout_s)
     try:
         agentops.prepare(t, host.workdir, run_id, manifest)
     except RemoteError as exc:
@@ -154,11 +175,11 @@ def _start_phase(fleet: Fleet, plan: Plan, run_id: str, phase: tuple[str, ...],
         names = by_host[host.name]
         pids = agentops.launch(t, host.workdir, run_id, names).tasks
         waited = _wait_listening(t, run_id, names, timeout_s, cancel)
-        _judge_start(host.name, waited)
+        judge_start(host.name, waited)
         return [Started(n, host.name, pids[n].pid, pids[n].pgid) for n in names]
 
-    result = _interruptible(lambda: fleet.map(start, list(by_host)), cancel)
-    _raise_first(result, "start")
+    result = interruptible(lambda: fleet.map(start, list(by_host)), cancel)
+    raise_first(result, "start")
     return [s for group in result.succeeded.values() for s in group]
 
 
@@ -180,7 +201,7 @@ def _wait_listening(t: Any, run_id: str, names: list[str], timeout_s: float,
     return done
 
 
-def _interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
+def interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
     """`run()` in a helper thread, so that Ctrl-C reaches us at once; on Ctrl-C, set `cancel`,
     let `run` wind down (its calls in flight end within one round), then re-raise."""
     box: dict[str, Any] = {}
@@ -206,7 +227,7 @@ def _interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
     return value
 
 
-def _judge_start(host: str, waited: Mapping[str, agentops.StartState]) -> None:
+def judge_start(host: str, waited: Mapping[str, agentops.StartState]) -> None:
     for name, state in waited.items():
         if state.started:  # listening, or a fast task that already finished its work
             continue
@@ -228,7 +249,7 @@ def how_it_ended(state: agentops.StartState) -> str:
     return f"exited {state.exit_code} at start"
 
 
-def _raise_first(result: FleetResult[Any], step: str) -> None:
+def raise_first(result: FleetResult[Any], step: str) -> None:
     for host, exc in result.failed.items():
         if isinstance(exc, LaunchFailed):
             raise exc

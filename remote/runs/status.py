@@ -117,16 +117,22 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
     asked_at = time.time()
     answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=tail,
                                                   mark_up=mark_up), hosts)
+    return status_from(fleet.inventory.job.style, run_id, answers.succeeded,
+                       {h: str(e) for h, e in answers.failed.items()}, asked_at)
+
+
+def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAnswer],
+                unreachable: Mapping[str, str], asked_at: float) -> RunStatus:
+    """The run's status from its hosts' answers (a status read's, or `up`'s last round's)."""
     tasks: list[TaskStatus] = []
     finished: Mapping[str, Any] | None = None
-    for host, answer in answers.succeeded.items():
+    for host, answer in answers.items():
         finished = finished or answer.finished
         tasks += [task_from_agent(host, raw) for raw in answer.tasks]
-    unreachable = {h: str(e) for h, e in answers.failed.items()}
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
-    return RunStatus(run_id, tuple(tasks), unreachable, finished,
-                     acting_chief_of(fleet.inventory.job.style), asked_at)
+    return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
+                     acting_chief_of(style), asked_at)
 
 
 def acting_chief_of(style: str) -> str | None:
@@ -218,8 +224,9 @@ def finalize_if_ended(fleet: Fleet, status: RunStatus, hosts: list[str]) -> list
     serving = ("ps", "worker", "chief") if status.fatal is not None else ("ps", "worker")
     ps = [t.name for t in status.tasks if t.type in serving and not t.ended]
     stopped: list[str] = []
-    if ps:
-        result = stop_run(fleet, status.run_id, hosts, grace_s=5.0, tasks=ps)
+    if ps:  # only the hosts that run them
+        holding = [h for h in hosts if any(t.host == h and t.name in ps for t in status.tasks)]
+        result = stop_run(fleet, status.run_id, holding, grace_s=5.0, tasks=ps)
         stopped = stopped_tasks(result)
     code = status.exit_code
     if status.finished is not None and not stopped:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import GpusBusy, RemoteError
 from tfctl.remote.runs.setup import SetupOutcome, run_setup, setup_errors
 from tfctl.remote.sync.result import SyncResult
+
+if TYPE_CHECKING:
+    from tfctl.remote.gpus.busy import BusyReport
 
 OnEvent = Callable[[str], None]
 WARNING = "warning: "
@@ -88,7 +91,11 @@ def busy_gpu_step(fleet: Fleet, plan: Plan, force: bool, on_event: OnEvent) -> N
     """Other processes on the plan's GPUs: raise `GpusBusy` unless `force` (then warn)."""
     from tfctl.remote.gpus.busy import find_busy_gpus
 
-    report = find_busy_gpus(fleet, plan)
+    judge_busy(find_busy_gpus(fleet, plan), force, on_event)
+
+
+def judge_busy(report: BusyReport, force: bool, on_event: OnEvent) -> None:
+    """Warn of hosts whose GPUs could not be checked; busy ones raise `GpusBusy` unless `force`."""
     for line in report.unknown_lines():
         on_event(WARNING + line)
     if not report.busy:

@@ -133,6 +133,16 @@ def sync_host(t: Transport, source: str, inv: Inventory, options: SshOptions, de
         # The host's python may be what job.setup creates after this sync: sync as rsync alone
         # would, after a shell round trip for what the agent would have said.
         diff = agentops.SyncDiff(*_prepare_dest(t), count=None)
+    return apply_diff(t, source, inv, options, delete, progress, listed, diff)
+
+
+def apply_diff(t: Transport, source: str, inv: Inventory, options: SshOptions, delete: bool,
+               progress: Progress | None, listed: SourceListing, diff: agentops.SyncDiff
+               ) -> SyncResult:
+    """Bring one host up to date, given what its agent said differs (`sync_diff`, or the same
+    answer inside `up`'s one check per host): nothing, the few files over the agent's session,
+    or rsync for just those paths (the whole tree when many differ)."""
+    host = t.host
     dest, has_rsync = diff.dest, diff.has_rsync
     if os.path.realpath(dest) == os.path.realpath(source) and isinstance(t, LocalTransport):
         return SyncResult(host.name, "skipped", 0, 0, (), dest, "source is the workdir")

@@ -1,0 +1,141 @@
+"""`tfctl up` on one host in two requests: every check in one, the start in the other.
+
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Last in the program, it adds its operations to `main.OPS`.
+
+`up_check` answers everything `up` must know before it may start anything anywhere: whether
+the synced tree differs (the client sends the digests), whether `job.setup` is cached, what
+nvidia-smi says of the GPUs (the busy-GPU check), which task ports are taken and whether a run is
+still live here. It starts nothing, and it cannot: only the client, once every host's answer is
+in and judged, sends `up_go`. That is why one host never starts tasks while another host's
+check is still to fail (a busy GPU, a taken port refuse the whole `up` with nothing started).
+
+`up_go` does what `prepare`, `launch`, `wait_ports` and `status` did in four requests: make the
+run directory (and copy the cached setup log into it), start the tasks named, wait for them to
+listen or die (the cheap wait of `wait.py`) for at most one round, and with the host's tasks all
+up, answer with the status the final read of `up` would have given. A round stays short (the
+client asks for about 2 s) so that Ctrl-C in the client is acted on as quickly as before.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from tfctl.remote.agent.main import OPS, expand, need, op_prepare, op_status
+from tfctl.remote.agent.proc import port_report
+from tfctl.remote.agent.run import launch_tasks, load_manifest, manifest_tasks, run_dir_of
+from tfctl.remote.agent.state import live_runs
+from tfctl.remote.agent.sync import sync_diff
+from tfctl.remote.agent.wait import wait_until_up
+from tfctl.remote.agent.watch import start_watcher
+
+SETUP_FOLDER = ".tfctl/setup"
+
+
+def op_up_check(req: dict[str, Any]) -> dict[str, Any]:
+    workdir = expand(need(req, "workdir"))
+    answer: dict[str, Any] = {}
+    if req.get("entries") is not None:
+        answer["sync"] = sync_diff(workdir, req["entries"])  # also creates the workdir
+    setup = req.get("setup")
+    if setup is not None:
+        answer["setup"] = setup_cached(workdir, str(setup["digest"]), list(setup["inputs"]))
+    if req.get("gpus_script"):
+        answer["gpus"] = gpus_listing(str(req["gpus_script"]))
+    answer["ports"] = port_report(int(p) for p in req.get("ports", []))
+    live = live_runs(workdir) if os.path.isdir(workdir) else {}
+    answer["live_runs"] = sorted(run for run, is_live in live.items() if is_live)
+    return answer
+
+
+def setup_cached(workdir: str, digest: str, inputs: list[str]) -> dict[str, Any]:
+    """Whether `remote/agent/setup.sh` would skip: its hash of the commands and the inputs as
+    they are here, computed as it computes it, and its `done-<hash>` marker. A hash computed
+    differently (an odd input, no sha256sum there) only finds no marker: then the client runs
+    the setup program itself, which decides as it always did."""
+    import hashlib
+
+    h = hashlib.sha256((digest + "\n").encode())
+    for given in inputs:
+        path = os.path.join(workdir, given)
+        if os.path.isdir(path):
+            found = []
+            for top, _dirs, files in os.walk(path):
+                for name in files:
+                    full = os.path.join(top, name)
+                    if os.path.isfile(full) and not os.path.islink(full):
+                        found.append(os.path.relpath(full, workdir))
+            for rel in sorted(found, key=lambda p: p.encode("utf-8", "surrogateescape")):
+                _hash_file(h, workdir, rel)
+        elif os.path.isfile(path):
+            _hash_file(h, workdir, given)
+        else:
+            h.update(f"missing {given}\n".encode("utf-8", "surrogateescape"))
+    key = h.hexdigest()[:16]
+    folder = os.path.join(workdir, SETUP_FOLDER)
+    try:
+        with open(os.path.join(folder, "done-" + key)) as done:
+            done_at = done.read().strip()
+    except OSError:
+        return {"cached": False, "hash": key}
+    return {"cached": True, "hash": key, "log": os.path.join(folder, key + ".log"),
+            "done_at": int(done_at) if done_at.isdigit() else None}
+
+
+def _hash_file(h: Any, workdir: str, rel: str) -> None:
+    full = os.path.join(workdir, rel)
+    h.update(f"file {rel} {int(os.lstat(full).st_mtime)}\n".encode("utf-8", "surrogateescape"))
+    with open(full, "rb") as data:
+        for chunk in iter(lambda: data.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def gpus_listing(script: str) -> dict[str, Any]:
+    """The busy-GPU check's shell program (`gpus_busy.sh`, filled in by the client): its output."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["sh", "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"stdout": "", "error": f"nvidia-smi did not answer: {exc}"}
+    return {"stdout": done.stdout.decode(errors="replace"), "error": None}
+
+
+def op_up_go(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    run_dir = run_dir_of(workdir, run_id)
+    answer: dict[str, Any] = {}
+    if req.get("manifest") is not None:
+        op_prepare(req)
+        if req.get("setup_log"):
+            _copy_setup_log(str(req["setup_log"]), os.path.join(run_dir, "setup.log"))
+    manifest = load_manifest(run_dir)
+    if req.get("launch"):
+        answer["pids"] = launch_tasks(run_dir, workdir, run_id, manifest, req["launch"])["tasks"]
+        answer["watcher_pid"] = start_watcher(run_dir, run_id)
+    names = list(req.get("wait") or [])
+    ready = True
+    if names:
+        waited = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, names),
+                               float(req.get("timeout_s", 2.0)))
+        answer["waited"], ready = waited["tasks"], bool(waited["ready"])
+    if req.get("status") is not None and ready:
+        answer["status"] = op_status({"workdir": workdir, "run_id": run_id,
+                                      "tail": int(req["status"])})
+    answer["at"] = time.time()
+    return answer
+
+
+def _copy_setup_log(source: str, target: str) -> None:
+    """The cached setup's log beside the tasks' (`runs.setup.attach_logs` did it in a shell)."""
+    import contextlib
+    import shutil
+
+    with contextlib.suppress(OSError):  # a convenience: the run goes on without its copy
+        shutil.copyfile(source, target)
+
+
+OPS.update({"up_check": op_up_check, "up_go": op_up_go})
