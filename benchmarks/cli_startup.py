@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Start-up of the commands that contact no host: `tfctl --help` and `tfctl plan` (P5).
+"""Start-up of the commands that contact no host: `tfctl --help` and `tfctl plan` (P5), and
+what a command that contacts hosts pays to import its SSH stack (Fabric, paramiko, invoke).
 
     python benchmarks/cli_startup.py              # 15 interleaved repetitions
     python benchmarks/cli_startup.py --reps 30
     python benchmarks/cli_startup.py --baseline /tmp/before   # another tree, interleaved
+    python benchmarks/cli_startup.py --lab 3 --baseline /tmp/before   # + status/exec on a lab
 
 Each repetition runs, in rotating order, a bare `python -c pass` (the interpreter's own floor),
 `tfctl --help` and `tfctl -i <16-host inventory> plan`, each as a fresh process as a user runs
@@ -11,12 +13,17 @@ them; `plan` twice: with the inventory already validated once (inventory/cache.p
 command after the first on an unchanged file gets) and with that cache off
 (`TFCTL_INVENTORY_CACHE=0`: YAML and pydantic every time). Also lists which heavy packages
 each command imported (none of textual, tensorflow, fabric, paramiko may be), read from the
-command's own `sys.modules` at exit.
+command's own `sys.modules` at exit. The row `ssh stack import` is a fresh process importing
+`tfctl.remote.connect.ssh`, which a command that contacts hosts (`status`, `up`, ...) imports
+on its first connection: with `--baseline`, its difference is what Fabric costs such a command.
+`--lab N` also times `tfctl status` and `tfctl exec -- true` on a lab of N real sshd hosts
+(tests/lab), which connect to every host (`exec` through Fabric's `Connection.run`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -52,25 +59,44 @@ def heavy_imports(argv: list[str], env: dict[str, str] | None = None) -> list[st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--lab", type=int, default=0, metavar="N",
+                        help="also time status and exec on a lab of N sshd hosts")
     parser.add_argument("--baseline", metavar="DIR", help="also run the `tfctl/` tree under DIR "
                         "(put first on PYTHONPATH), interleaved, as `before:` rows")
     args = parser.parse_args()
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, \
+            contextlib.ExitStack() as stack:
         inv = inventory(Path(tmp), 16)
         plan = [PYTHON, "-m", "tfctl.tui", "-i", str(inv), "plan"]
+        ssh_stack = [PYTHON, "-c", "import tfctl.remote.connect.ssh"]
         cold = dict(os.environ, TFCTL_INVENTORY_CACHE="0")
         commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
             "python -c pass": ([PYTHON, "-c", "pass"], None),
             "tfctl --help": ([PYTHON, "-m", "tfctl.tui", "--help"], None),
             "tfctl plan (16 hosts)": (plan, None),
-            "tfctl plan, cache off": (plan, cold)}
+            "tfctl plan, cache off": (plan, cold),
+            "ssh stack import": (ssh_stack, None)}
         if args.baseline:
             before = dict(os.environ, PYTHONPATH=args.baseline)
             commands |= {"before: tfctl --help": (commands["tfctl --help"][0], before),
                          "before: tfctl plan": (plan, before),
-                         "before: plan, cache off": (plan, dict(cold, PYTHONPATH=args.baseline))}
+                         "before: plan, cache off": (plan, dict(cold, PYTHONPATH=args.baseline)),
+                         "before: ssh stack import": (ssh_stack, before)}
             timed(plan, env=before).check("plan")
+        if args.lab:
+            from tests.lab.lab import Lab
+
+            lab = stack.enter_context(Lab(args.lab))
+            (Path(tmp) / "lab").mkdir()
+            lab_inv = lab.write_inventory(Path(tmp) / "lab" / "cluster.yaml",
+                                          {"script": "job.py", "style": "flags"})
+            for name, extra in (("status", ["status"]), ("exec -- true", ["exec", "--", "true"])):
+                argv = [PYTHON, "-m", "tfctl.tui", "-i", str(lab_inv), *extra]
+                commands[f"lab: {name}"] = (argv, None)
+                if args.baseline:
+                    commands[f"before: lab: {name}"] = (argv, dict(os.environ,
+                                                                   PYTHONPATH=args.baseline))
         timed(plan).check("plan")  # validated once, as by the user's previous command
         walls: dict[str, list[float]] = {k: [] for k in commands}
         names = list(commands)
@@ -79,12 +105,14 @@ def main() -> int:
                 argv, env = commands[name]
                 walls[name].append(timed(argv, env=env).check(name).wall_s)
         imported = {name: heavy_imports(argv[3:], env)
-                    for name, (argv, env) in commands.items() if name != "python -c pass"}
+                    for name, (argv, env) in commands.items()
+                    if name != "python -c pass" and "ssh stack" not in name
+                    and "lab: " not in name}
     m = {k: median(v) for k, v in walls.items()}
     floor = m["python -c pass"]
     print(f"medians of {args.reps} interleaved runs, wall s (a fresh process each):")
     for name, wall in m.items():
-        if name.startswith("before: "):
+        if name.startswith("before: ") or "ssh stack" in name or "lab: " in name:
             print(f"  {name:<24}{wall:>7.3f}   {ratio(wall, floor)}× bare python")
             continue
         bad = [x for x in imported.get(name, []) if x in FORBIDDEN]

@@ -184,3 +184,72 @@ def test_a_host_certificate_signed_by_a_listed_ca_is_accepted(lab, tmp_path: Pat
     cert_host(other_ca, "127.0.0.1")  # a CA no line lists
     proc = reach(inv, env, "--accept-new-host-keys")
     assert proc.returncode == 1 and "is not a @cert-authority" in proc.stderr
+
+
+# ---------------------------------------------------------------- Fabric, every hop checked
+
+
+def jump_config(lab, extra_jump: str = "") -> str:  # type: ignore[no-untyped-def]
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    return (f"Host jump1\n  HostName {h1.address}\n  Port {h1.port}\n  User {lab.user}\n"
+            f"  IdentityFile {lab.key}\n{extra_jump}"
+            f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {lab.user}\n"
+            f"  IdentityFile {lab.key}\n  ProxyJump jump1\n")
+
+
+def test_each_hop_is_a_fabric_connection_checked_by_tfctls_policy(lab, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                  monkeypatch) -> None:
+    import fabric
+
+    from tfctl.inventory.load import load_inventory
+    from tfctl.remote.connect.hostkeys import VerifyingPolicy
+    from tfctl.remote.connect.ssh import SshTransport
+    from tfctl.remote.errors import HostKeyRefused
+
+    known = tmp_path / "known_hosts"
+    h2_line = f"[{lab.address('h2')}]:{lab.host('h2').port}" if lab.host("h2").port != 22 \
+        else lab.address("h2")
+    known.write_text(f"{h2_line} {public_key_line(lab.host('h2').host_key)}\n")  # h2 only
+    for key, value in home_with(tmp_path, jump_config(lab)).items():
+        monkeypatch.setenv(key, value)
+    data = lab.inventory_dict(JOB, hosts=["h2"], known_hosts=str(known))
+    data["hosts"][0]["address"] = "box2"
+    data["hosts"][0].pop("port", None)
+    for key in ("user", "port", "identity_file"):
+        data["defaults"].pop(key)
+    inv_path = tmp_path / "cluster.yaml"
+    inv_path.write_text(yaml.safe_dump(data))
+    host = load_inventory(str(inv_path)).host("h2")
+    # The jump host's key is in no file: refused, though the destination's is known.
+    with pytest.raises(HostKeyRefused, match=f"host key of .*{lab.address('h1')}"):
+        SshTransport(host).run("true")
+    shutil.copy(lab.known_hosts, known)
+    transport = SshTransport(host)
+    try:
+        assert transport.run("echo $SSH_CONNECTION").stdout.strip()
+        link = transport.connection()
+        assert isinstance(link.connection, fabric.Connection)
+        (hop,) = link.hops
+        assert isinstance(hop, fabric.Connection) and link.connection.gateway is hop
+        for conn in (hop, link.connection):  # Fabric's AutoAddPolicy replaced on every hop
+            assert isinstance(conn.client._policy, VerifyingPolicy)
+    finally:
+        transport.close()
+
+
+def test_a_changed_key_on_the_jump_host_is_refused(lab, tmp_path: Path, healed) -> None:  # type: ignore[no-untyped-def]
+    known = tmp_path / "known_hosts"
+    shutil.copy(lab.known_hosts, known)
+    env = home_with(tmp_path, jump_config(lab))
+    data = lab.inventory_dict(JOB, hosts=["h2"], known_hosts=str(known))
+    data["hosts"][0]["address"] = "box2"
+    data["hosts"][0].pop("port", None)
+    for key in ("user", "port", "identity_file"):
+        data["defaults"].pop(key)
+    inv = job_dir(tmp_path) / "cluster.yaml"
+    inv.write_text(yaml.safe_dump(data))
+    assert tfctl(inv, "ssh", "h2", "--", "true", env=env).returncode == 0
+    lab.regenerate_host_key("h1")  # the jump host
+    proc = tfctl(inv, "--accept-new-host-keys", "ssh", "h2", "--", "echo", "reached", env=env)
+    assert proc.returncode == 1 and "has CHANGED" in proc.stderr, proc.stderr
+    assert lab.address("h1") in proc.stderr and "reached" not in proc.stdout

@@ -152,36 +152,14 @@ def test_an_agent_session_cut_off_by_a_dropped_link_is_unreachable_not_a_command
     assert "exited -1" in str(died.value)
 
 
-class ClosedChannel:
-    """A paramiko channel closed under a command: no output, exit status -1."""
+class ClosedLink:
+    """A host's link whose command came back with no exit status (Fabric's `exited` -1)."""
 
     def __init__(self, active: bool) -> None:
-        self.transport = SimpleNamespace(is_active=lambda: active)
-        self.closed, self.eof_received = True, False
+        self.is_connected = active
 
-    def get_transport(self) -> Any:
-        return self.transport
-
-    def exec_command(self, command: str) -> None:
-        pass
-
-    def shutdown_write(self) -> None:
-        pass
-
-    def recv_ready(self) -> bool:
-        return False
-
-    def recv_stderr_ready(self) -> bool:
-        return False
-
-    def exit_status_ready(self) -> bool:
-        return True
-
-    def recv_exit_status(self) -> int:
-        return -1
-
-    def close(self) -> None:
-        pass
+    def run(self, command: str, stdin: str | None, timeout_s: float | None) -> Any:
+        return SimpleNamespace(exited=-1, stdout="", stderr="")
 
 
 def _ssh(active: bool) -> SshTransport:
@@ -189,7 +167,7 @@ def _ssh(active: bool) -> SshTransport:
                 known_hosts="/dev/null", jump=None, workdir="/tmp/w", python=sys.executable,
                 env={}, gpus=(0,), ps=0)
     transport = SshTransport(host)
-    transport._session = lambda: ClosedChannel(active)  # type: ignore[method-assign,assignment,return-value]
+    transport.connection = lambda: ClosedLink(active)  # type: ignore[method-assign,assignment,return-value]
     return transport
 
 

@@ -2,7 +2,9 @@
 
 paramiko imports invoke (and with it unittest.mock: ~45 ms of every command's start) only to
 evaluate `Match exec` blocks of ssh configs. Its import is held off while paramiko loads, and
-`load_invoke` hands it over when a config has such a block (sshconfig.lookup).
+`load_invoke` hands it over when a config has such a block (sshconfig.lookup). A command that
+connects imports invoke anyway, with Fabric (connection.py); what imports paramiko alone (the
+ssh config fallback, the host-key checks) stays without it.
 """
 
 from __future__ import annotations

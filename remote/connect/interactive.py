@@ -8,7 +8,10 @@ command-line generally apply to the destination host and not any specified jump 
 on -J), so a pinned policy could not be guaranteed there; and a `transport: local` host has no
 sshd at all. So: a session channel of the host's connection, with a pty when our own stdin and
 stdout are a terminal (the local tty in raw mode, its size followed on SIGWINCH, as ssh does),
-plain pipes otherwise; the command's exit status is returned.
+plain pipes otherwise; the command's exit status is returned. The raw paramiko channel under
+the host's Fabric Connection, not Fabric's `run(pty=True)`: invoke reads a terminal one byte
+per 10 ms (`Runner.input_sleep`), about 100 characters a second for a pasted line, and keeps
+the local terminal in cbreak rather than raw mode, so Ctrl-Z or Ctrl-Backslash would act locally.
 
 For a task the environment the plan gives it (TF_CONFIG, CUDA_VISIBLE_DEVICES, the
 inventory's env) is exported before the shell or command starts; never TFCTL_RUN_ID or

@@ -1,19 +1,19 @@
-"""SSH transport over paramiko: one connection per host per command, verified host keys.
+"""SSH transport: one Fabric `Connection` per host per command, verified host keys.
 
-`sshconfig.resolve` reads the user's ~/.ssh/config (aliases, User, Port, IdentityFile,
-ProxyJump, ProxyCommand) as Fabric's `Connection` did, without Fabric's and invoke's imports
-(~50 ms of every command's start); jump hosts are reached through a `direct-tcpip` channel of
-the previous hop's connection. Host keys are verified by tfctl's own policy (hostkeys.py), and
-every connect failure becomes one sentence. Commands run on raw paramiko channels (exec + stdin
-+ exit status), which is all we need.
+`sshconfig.resolve` (OpenSSH's `ssh -G`) says where and as whom; `connection.HostConnection`
+is the host's Fabric Connection (a Connection per ProxyJump hop as its gateway), with tfctl's
+host-key policy on every hop. One-shot commands (`run`) and SFTP go through Fabric
+(`Connection.run`, `Connection.sftp`). Where Fabric is the wrong tool the paramiko client under
+the Connection (`Connection.client`, `.transport`) is used directly, each place saying why:
+a long-lived command's output read line by line and closed early (`stream`), the agent's
+session with stdin kept open (`open_pipe`), the rsync bridge (`relay`), the tunnel
+(`paramiko_transport`). Every connect failure becomes one sentence.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
-import select
+import io
 import socket
 import threading
 import time
@@ -22,28 +22,21 @@ from typing import Any
 
 from tfctl.inventory.model import Host
 from tfctl.remote.connect._paramiko import paramiko
-from tfctl.remote.connect.hostkeys import (
-    VerifyingPolicy,
-    certificates_first,
-    changed_key_error,
-    known_hosts_name,
-    read_known_hosts,
-    refuse_revoked,
-)
+from tfctl.remote.connect.connection import HostConnection, SessionNotOpened
 from tfctl.remote.connect.sshconfig import Target, resolve
 from tfctl.remote.connect.transport import Result, SshOptions
-from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
+from tfctl.remote.errors import HostUnreachable
 
 
 class Link:
-    """An open SSH connection to a host, and the jump-host connections it goes through."""
+    """An open SSH connection to a host (a Fabric Connection), and the jump hosts' before it."""
 
-    def __init__(self, target: Target, client: paramiko.SSHClient,
-                 hops: list[paramiko.SSHClient]):
+    def __init__(self, target: Target, connection: HostConnection,
+                 hops: list[HostConnection]):
         self.target = target
-        self.client = client
+        self.connection = connection
+        self.client: paramiko.SSHClient = connection.client
         self.hops = hops
-        self._sftp: paramiko.SFTPClient | None = None
 
     @property
     def is_connected(self) -> bool:
@@ -51,15 +44,20 @@ class Link:
         return transport is not None and transport.is_active()
 
     def sftp(self) -> paramiko.SFTPClient:
-        """One SFTP session on this connection, opened on first use (the rsync-less fallback)."""
-        if self._sftp is None:
-            self._sftp = self.client.open_sftp()
-        return self._sftp
+        """One SFTP session on this connection, opened on first use (the rsync-less fallback;
+        Fabric's `Connection.sftp` keeps it)."""
+        sftp: paramiko.SFTPClient = self.connection.sftp()
+        return sftp
+
+    def run(self, command: str, stdin: str | None, timeout_s: float | None) -> Any:
+        """Fabric's `Connection.run`: output captured, never echoed; our own stdin never read
+        (an empty stream when none is given, so the command sees EOF at once, as before)."""
+        return self.connection.run(command, hide=True, warn=True, pty=False,
+                                   in_stream=io.StringIO(stdin or ""), timeout=timeout_s,
+                                   encoding="utf-8")
 
     def close(self) -> None:
-        if self._sftp is not None:
-            self._sftp.close()
-        self.client.close()
+        self.connection.close()
         for hop in reversed(self.hops):
             hop.close()
 
@@ -75,71 +73,33 @@ class SshTransport:
     def connection(self) -> Link:
         with self._lock:
             if self._conn is None or not self._conn.is_connected:
+                if self._conn is not None:
+                    self._conn.close()
                 self._conn = self._connect()
             return self._conn
 
     def _connect(self) -> Link:
         h = self.host
         target = resolve(h.address, h.user, h.port, h.identity_file, h.jump)
-        opened: list[paramiko.SSHClient] = []
+        opened: list[HostConnection] = []
         try:
-            client = self._dial(target, None, opened)
+            conn = self._dial(target, None, opened)
         except BaseException:
             for hop in reversed(opened):
                 hop.close()
             raise
-        return Link(target, client, opened[:-1])
+        return Link(target, conn, opened[:-1])
 
-    def _dial(self, target: Target, via: paramiko.SSHClient | None,
-              opened: list[paramiko.SSHClient]) -> paramiko.SSHClient:
-        """Connect to `target` (through `via`, or through its own jump hosts first)."""
+    def _dial(self, target: Target, via: HostConnection | None,
+              opened: list[HostConnection]) -> HostConnection:
+        """Open `target` (through `via`, or through its own jump hosts first), hop by hop."""
         if via is None:
             for hop in target.jumps:
                 via = self._dial(hop, via, opened)
-        timeout = max(1, round(self.options.connect_timeout_s))
-        sock: Any = None
-        try:
-            if via is not None:
-                link = via.get_transport()
-                assert link is not None
-                sock = link.open_channel("direct-tcpip", (target.hostname, target.port),
-                                         ("127.0.0.1", 0), timeout=timeout)
-            elif target.proxy_command:
-                sock = paramiko.ProxyCommand(target.proxy_command)
-            else:
-                sock = _tcp_connect(target.hostname, target.port, timeout)
-        except BaseException as exc:
-            raise classify_connect_error(self.host, target, self.options, exc) from None
-        client = paramiko.SSHClient()
-        opened.append(client)
-        known = os.path.expanduser(self.host.known_hosts)
-        files = (known, *target.known_hosts_files)
-        book = read_known_hosts(files)
-        name = target.host_key_alias or known_hosts_name(target.hostname, target.port)
-        plain = [k for k in book if not k.marker and k.matches(name)]
-        cas = [k for k in book if k.marker == "@cert-authority" and k.matches(name)]
-        for entry in plain:  # under the name paramiko looks up; it compares them itself
-            if (pkey := entry.pkey()) is not None:
-                client.get_host_keys().add(known_hosts_name(target.hostname, target.port),
-                                           entry.key_type, pkey)
-        client.set_missing_host_key_policy(VerifyingPolicy(
-            self.host.name, known, self.options.accept_new_host_keys, name, cas, files))
-        keys: Any = list(target.key_filenames) or None  # paramiko takes a list of files too
-        try:
-            client.connect(target.hostname, target.port, target.user, timeout=timeout,
-                           key_filename=keys, look_for_keys=target.look_for_keys, sock=sock,
-                           allow_agent=target.allow_agent,
-                           transport_factory=certificates_first if cas and not plain else None)
-            refuse_revoked(self.host.name, client, book, name)
-        except paramiko.BadHostKeyException as exc:
-            where = next((k for k in plain if k.blob == exc.expected_key.asbytes()), None)
-            raise changed_key_error(self.host.name, where.path if where else known, name,
-                                    exc) from None
-        except RemoteError:
-            raise
-        except BaseException as exc:
-            raise classify_connect_error(self.host, target, self.options, exc) from None
-        return client
+        conn = HostConnection(self.host, target, self.options, via)
+        opened.append(conn)
+        conn.open_checked()
+        return conn
 
     def close(self) -> None:
         with self._lock:
@@ -149,6 +109,9 @@ class SshTransport:
 
     @property
     def paramiko_transport(self) -> paramiko.Transport:
+        """The paramiko Transport under the host's Fabric Connection (the tunnel forwards its
+        channels on it: Fabric's `forward_local` would hold one thread per tunnel and stop at
+        the first broken link, where tfctl's tunnel heals itself)."""
         transport = self.connection().client.get_transport()
         assert transport is not None
         return transport
@@ -156,28 +119,44 @@ class SshTransport:
     # -- commands ---------------------------------------------------------------------------
     def run(self, command: str, stdin: str | None = None, timeout_s: float | None = None
             ) -> Result:
-        channel = self._session()
+        """One command through Fabric; its exit status, stdout and stderr."""
+        from invoke.exceptions import CommandTimedOut, ThreadException
+
+        link = self.connection()
         try:
-            channel.exec_command(command)
-            if stdin is not None:
-                channel.sendall(stdin.encode())
-            channel.shutdown_write()
-            out, err = _drain(channel, timeout_s, self.host.name, command)
-            code = channel.recv_exit_status()
-            if code == -1 and link_lost(channel):  # closed under us, not an exit status
-                raise HostUnreachable(self.host.name, "the SSH connection dropped mid-command")
-        finally:
-            channel.close()
-        return Result(self.host.name, command, code, out, err)
+            try:
+                result = link.run(command, stdin, timeout_s)
+            except SessionNotOpened:
+                # The connection died since it was opened (host rebooted, link cut) and the
+                # command never started: reconnect once.
+                self.close()
+                link = self.connection()
+                result = link.run(command, stdin, timeout_s)
+        except CommandTimedOut:
+            raise HostUnreachable(self.host.name, f"no answer within {timeout_s:.0f} s to "
+                                  f"`{command[:60]}`") from None
+        except (SessionNotOpened, ThreadException, paramiko.SSHException, EOFError,
+                OSError) as exc:
+            raise HostUnreachable(self.host.name, f"SSH session lost ({exc})") from None
+        code = int(result.exited)
+        if code == -1 and not link.is_connected:  # closed under us, not an exit status
+            raise HostUnreachable(self.host.name, "the SSH connection dropped mid-command")
+        return Result(self.host.name, command, code, result.stdout, result.stderr)
 
     def stream(self, command: str) -> SshStream:
+        """A raw channel, not Fabric's `run`: the caller reads lines as they come and ends the
+        command by closing it (telemetry, `logs -f`); `run` returns only at the command's end."""
         channel = self._session()
         channel.exec_command(command)
         channel.shutdown_write()
         return SshStream(channel)
 
     def open_pipe(self, command: str) -> SshPipe:
-        """`command` with stdin left open, stderr merged into stdout: a session to talk to."""
+        """`command` with stdin left open, stderr merged into stdout: a session to talk to.
+
+        A raw channel: the agent's requests and answers go line by line both ways for as long
+        as the session lives, which Fabric's `run` (stdin from a stream, output at the end)
+        cannot do."""
         channel = self._session()
         channel.set_combine_stderr(True)
         channel.exec_command(command)
@@ -187,7 +166,9 @@ class SshTransport:
         """Run `command` with its stdin and stdout joined to `sock` until its output ends.
 
         How rsync reuses this connection (sync.py): its remote shell is a tiny bridge process
-        on the other end of `sock`. Returns the exit status and the command's stderr.
+        on the other end of `sock`. Returns the exit status and the command's stderr. A raw
+        channel: rsync's protocol is binary, both ways at once, through a socket, where
+        Fabric's `run` wants text streams and decodes them.
         """
         channel = self._session()
         channel.exec_command(command)
@@ -325,63 +306,3 @@ def link_lost(channel: paramiko.Channel) -> bool:
     says -1 ("if no exit status is provided by the server, -1 is returned", its docs)."""
     transport = channel.get_transport()
     return transport is None or not transport.is_active()
-
-
-def _tcp_connect(hostname: str, port: int, timeout_s: float) -> socket.socket:
-    """A TCP connection to the host's SSH port, tried on each of its addresses as paramiko does.
-
-    The name goes to the resolver as bytes: given a str, Python encodes every name with the
-    `idna` codec, whose import (stringprep, unicodedata) costs ~13 ms of each command's start.
-    """
-    name = hostname.encode("ascii") if hostname.isascii() else hostname.encode("idna")
-    return socket.create_connection((name, port), timeout=timeout_s)  # type: ignore[arg-type]
-
-
-def _drain(channel: paramiko.Channel, timeout_s: float | None, host: str,
-           command: str) -> tuple[str, str]:
-    out, err = bytearray(), bytearray()
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        if channel.recv_ready():
-            out += channel.recv(65536)
-            continue
-        if channel.recv_stderr_ready():
-            err += channel.recv_stderr(65536)
-            continue
-        if channel.exit_status_ready() and not channel.recv_ready() \
-                and not channel.recv_stderr_ready():
-            break
-        if channel.closed and channel.eof_received:
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            raise HostUnreachable(host, f"no answer within {timeout_s:.0f} s to `{command[:60]}`")
-        select.select([channel], [], [], 0.2)
-    return out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def classify_connect_error(host: Host, target: Target, options: SshOptions,
-                           exc: BaseException) -> RemoteError:
-    where = target.where
-    timeout = options.connect_timeout_s
-    if isinstance(exc, HostKeyRefused):
-        return exc
-    if isinstance(exc, paramiko.AuthenticationException):
-        key = host.identity_file or "your default keys / agent"
-        return AuthRefused(host.name, f"{where} refused the login of user "
-                           f"{target.user!r} with {key}",
-                           "check `user:` and `identity_file:` and that the public key is in "
-                           "the host's ~/.ssh/authorized_keys")
-    if isinstance(exc, socket.timeout | TimeoutError):
-        return HostUnreachable(host.name, f"{where} unreachable: no answer within {timeout:g} s")
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
-        return HostUnreachable(host.name, f"{where} refused the connection (is sshd running?)")
-    if isinstance(exc, socket.gaierror):
-        return HostUnreachable(host.name, f"{target.hostname!r} does not resolve to an address "
-                               "(check `address:` or your ~/.ssh/config)")
-    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-        return HostUnreachable(host.name, f"{where} unreachable ({os.strerror(exc.errno)})")
-    if isinstance(exc, paramiko.SSHException | EOFError | OSError):
-        return HostUnreachable(host.name, f"{where}: SSH failed ({exc or type(exc).__name__})")
-    if isinstance(exc, KeyboardInterrupt):
-        raise exc
-    return RemoteError(host.name, f"{where}: cannot connect ({type(exc).__name__}: {exc})")
