@@ -123,7 +123,9 @@ def agent_command(python: str, workdir: str) -> str:
 
 
 class Pipe(Protocol):
-    """A command with its stdin kept open (`SshTransport.open_pipe`)."""
+    """A command with its stdin kept open (`SshTransport.open_pipe`): a raw paramiko channel
+    under the host's Fabric Connection, since requests and answers go line by line for as long
+    as the session lives, which Fabric's `run` (stdin from a stream, output at its end) cannot."""
 
     @property
     def alive(self) -> bool: ...

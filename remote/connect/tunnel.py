@@ -12,6 +12,11 @@ It outlives the SSH connection: a monitor thread probes the connection every `ke
 a link that silently drops packets) and reconnects with backoff; a connection accepted while
 the link is down reconnects first. The listener stays open throughout, so the URL never changes.
 Blocking, thread-based and UI-free: `tfctl tensorboard` and the dashboard share it.
+
+Why the paramiko Transport under the host's Fabric Connection (`SshTransport.paramiko_transport`)
+and not Fabric's `Connection.forward_local`: that is a context manager whose forwarding ends
+with its block and with the first broken link, where this tunnel must outlive both, probing
+the link and reconnecting behind a listener that never moves.
 """
 
 from __future__ import annotations

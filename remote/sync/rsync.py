@@ -210,6 +210,8 @@ def _transfer(t: Transport, source: str, dest: str, has_rsync: bool, inv: Invent
 # the OpenSSH client (~0.2 s and ~0.1 s of CPU per host here), rsync talks through this bridge
 # to its server started on tfctl's own verified connection. argv[1] is a socket inherited from
 # tfctl; rsync appends [-l user] host command...; the bridge sends those, then pumps bytes.
+# On the paramiko channel under the host's Fabric Connection (`SshTransport.relay`), not Fabric's
+# `run`: rsync's protocol is binary and both ways at once, where `run` decodes text streams.
 BRIDGE = r"""
 import os, select, socket, sys
 sock = socket.socket(fileno=int(sys.argv[1]))
