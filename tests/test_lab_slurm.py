@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,13 @@ def until_running(cluster: SlurmCluster, inv: Path, tasks: int, timeout_s: float
         time.sleep(0.5)
 
 
+def eventually(check: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "not within 30 s"
+        time.sleep(0.2)
+
+
 def no_process_left(cluster: SlurmCluster, run_id: str) -> None:
     """Nothing of the run on any node: no task tagged with it, no step keeper, no job."""
     assert processes_of_run(run_id) == {}
@@ -93,9 +100,14 @@ def test_flags_between_graph_trains_to_completion_through_slurm(
     run_id = submit(cluster, inv)
     # While it runs: each task is its own step on its node, with the cluster in node names.
     until_running(cluster, inv, 3)
-    running = {env["TFCTL_TASK"]: pid for pid, env in processes_of_run(run_id).items()
-               if env.get("SLURM_STEP_ID") and "--job_name" in " ".join(
-                   Path(f"/proc/{pid}/cmdline").read_text().split("\0"))}
+
+    def trainers() -> dict[str, int]:
+        return {env["TFCTL_TASK"]: pid for pid, env in processes_of_run(run_id).items()
+                if env.get("SLURM_STEP_ID") and "--job_name" in " ".join(
+                    Path(f"/proc/{pid}/cmdline").read_text().split("\0"))}
+
+    eventually(lambda: len(trainers()) == 3)
+    running = trainers()
     for task, pid in running.items():
         env = environ_of(pid)
         assert env["SLURM_JOB_ID"] == run_id.removeprefix("slurm-")
@@ -140,7 +152,7 @@ def test_down_mid_run_cancels_the_job_and_leaves_no_process(
     inv = write_inventory(lab, job_dir(tmp_path), job, hosts=["h1", "h2"])
     run_id = submit(cluster, inv)
     until_running(cluster, inv, 4)  # ps:0, ps:1, worker:0, worker:1
-    assert len(processes_of_run(run_id)) >= 4
+    eventually(lambda: len(processes_of_run(run_id)) >= 4)  # each step has exec'd its task
     # The dashboard's reads (RunController.host_status, log_follower) see the Slurm run too.
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     with RunController(load_inventory(str(inv))) as controller:
@@ -150,7 +162,8 @@ def test_down_mid_run_cancels_the_job_and_leaves_no_process(
         follower = controller.log_follower({"worker:1"})
         assert follower is not None
         lines = follower.poll(tail_lines=50).lines
-        assert ("worker:1", "worker:1 starting, argv=['--forever']") in lines
+        first = ("worker:1", "worker:1 starting, argv=['--forever']")
+        eventually(lambda: first in lines or bool(lines.extend(follower.poll().lines)))
     down = cli(cluster, inv, "down", "--json")
     assert down.returncode == 0, down.stdout + down.stderr
     summary = json.loads(down.stdout)
@@ -230,3 +243,22 @@ def test_a_submit_host_that_is_no_host_entry_is_one_clear_sentence(tmp_path: Pat
     assert up.returncode == 2 and "Traceback" not in up.stderr
     assert "slurm.host: no host named 'login1' in the inventory" in up.stderr
     assert not (tmp_path / "shared").exists()  # nothing synced, nothing submitted
+
+
+def test_a_job_slurm_ended_is_reported_as_slurm_ended_it(lab: Lab, cluster: SlurmCluster,
+                                                         tmp_path: Path) -> None:
+    """Cancelled outside tfctl (an admin's scancel; a time limit reads the same way): `wait`
+    says so and exits 143, the tasks are stopped, not failed."""
+    job = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+    inv = write_inventory(lab, job_dir(tmp_path), job, ps={"h1": 0, "h2": 0},
+                          hosts=["h1", "h2"])
+    run_id = submit(cluster, inv)
+    until_running(cluster, inv, 2)
+    cluster.run("scancel", run_id.removeprefix("slurm-"))
+    wait = cli(cluster, inv, "wait", "--timeout", "60", timeout=120)
+    assert wait.returncode == 143, wait.stdout + wait.stderr
+    assert f"Slurm job {run_id.removeprefix('slurm-')} was cancelled (exit status 143)" \
+        in wait.stderr
+    st = json.loads(cli(cluster, inv, "status", "--json").stdout)
+    assert {t["state"] for t in st["tasks"]} == {"stopped"}
+    no_process_left(cluster, run_id)

@@ -26,7 +26,9 @@ from tfctl.remote.runs.status import RunStatus, TaskStatus, task_from_agent
 WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING",
            "SUSPENDED")
 """Slurm job states before (or between) runs: the tasks are `starting`."""
-LIVE = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "STOPPED")
+LIVE = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "STOPPED", "NO_ANSWER")
+"""Slurm job states while its steps run; NO_ANSWER: Slurm did not answer (the job is taken to
+go on: a controller restarting must not end a `wait`)."""
 FAILED_TAIL_LINES = 40
 """Log lines read for a failed task: enough for failure.py to find the cause above frames."""
 _STARTED = re.compile(r"^tfctl: started (\S+) on (\S+)")
@@ -176,6 +178,8 @@ def read_job(t: Transport, job: SlurmJob, tail: int = 1) -> SlurmStatus:
 
 
 def _slurm_state(answer: _Answer) -> tuple[str, str, str]:
+    """(state, ExitCode, Reason): UNKNOWN once Slurm forgot the job, NO_ANSWER (Reason: what
+    scontrol said) when it did not answer."""
     rc, text = answer.scontrol
     if rc == 0:
         f = job_fields(text)
@@ -183,7 +187,9 @@ def _slurm_state(answer: _Answer) -> tuple[str, str, str]:
     if answer.sacct is not None and answer.sacct[0] == 0 and answer.sacct[1].strip():
         state, _, code = answer.sacct[1].strip().splitlines()[0].partition("|")
         return state.split()[0] if state else "UNKNOWN", code, ""
-    return "UNKNOWN", "", ""
+    if "invalid job id" in text.lower():
+        return "UNKNOWN", "", ""
+    return "NO_ANSWER", "", " ".join(text.split())[:200] or f"scontrol exited {rc}"
 
 
 def status_from(job: SlurmJob, answer: _Answer, tail: int, asked_at: float) -> SlurmStatus:
@@ -221,7 +227,8 @@ def status_from(job: SlurmJob, answer: _Answer, tail: int, asked_at: float) -> S
             status = TaskStatus(**{**status.__dict__,
                                    "last_lines": tuple(lines[-tail:]) if tail else ()})
         tasks.append(status)
-    return SlurmStatus(job.run_id, tuple(tasks), {}, None,
+    unreachable = {"slurm": f"Slurm did not answer: {reason}"} if state == "NO_ANSWER" else {}
+    return SlurmStatus(job.run_id, tuple(tasks), unreachable, None,
                        "worker:0" if job.style == "flags" else None, asked_at,
                        job_state=state, slurm_exit=slurm_exit, driver_exit=driver_exit,
                        driver_lines=tuple(driver), reason=reason)

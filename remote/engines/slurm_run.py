@@ -150,7 +150,9 @@ class SlurmRun:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             st = self.status()
-            if st.slurm_ended or (st.job_ended and all(
+            if st.unreachable:
+                pass  # Slurm did not answer this time: ask again
+            elif st.slurm_ended or (st.job_ended and all(
                     t.ended or t.type == "tensorboard" for t in st.tasks)):
                 return st
             if deadline is not None and time.monotonic() > deadline:
@@ -162,8 +164,9 @@ class SlurmRun:
         """Why the job failed, in a sentence and the failing task's cause line (or None)."""
         if not st.job_ended or st.exit_code == 0:
             return None
-        task = st.fatal
         job = st.run_id.removeprefix("slurm-")
+        task = st.fatal if st.driver_exit is not None or st.job_state in ("COMPLETED", "FAILED") \
+            else None  # Slurm ended it (time limit, cancel, a node lost): that is the cause
         if task is not None and (task.type in ("ps", "chief") or task.name == st.acting_chief):
             return describe_fatal(task)
         if task is not None:
