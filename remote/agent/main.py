@@ -136,18 +136,20 @@ def op_wait_ports(req: dict[str, Any]) -> dict[str, Any]:
     run_id = need(req, "run_id")
     run_dir = run_dir_of(expand(need(req, "workdir")), run_id)
     manifest = load_manifest(run_dir)
-    return wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, req.get("tasks")),
-                         float(req.get("timeout_s", 30.0)))
+    answer = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, req.get("tasks")),
+                           float(req.get("timeout_s", 30.0)))
+    answer.pop("seen", None)
+    return answer
 
 
-def op_status(req: dict[str, Any]) -> dict[str, Any]:
+def op_status(req: dict[str, Any], seen: dict[str, Any] | None = None) -> dict[str, Any]:
     workdir = expand(need(req, "workdir"))
     run_id = req.get("run_id") or newest_run(workdir)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
     if req.get("mark_up"):  # `up` verified every task of the run: the watcher may trust it
         write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
-    tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
+    tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)), seen)
     if any(t["state"] == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
         tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
     return {"run_id": run_id, "run_dir": run_dir, "created_at": manifest.get("created_at"),

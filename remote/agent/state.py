@@ -115,10 +115,13 @@ def _failed(exit_rec: dict[str, Any]) -> bool:
                                (0, None))
 
 
-def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any],
-                  tail: int) -> list[dict[str, Any]]:
+def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any], tail: int,
+                  seen: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every task's status; `seen`: an `observe` of all of them just made (`up_go` reuses its
+    wait's last look rather than scanning /proc once more)."""
     tasks = manifest_tasks(manifest, None)
-    seen = observe(run_dir, run_id, tasks)
+    if seen is None or set(seen) != {t["name"] for t in tasks}:
+        seen = observe(run_dir, run_id, tasks)
     out = []
     for task in tasks:
         obs = seen[task["name"]]
@@ -164,7 +167,8 @@ def wait_for_ports(run_dir: str, run_id: str, manifest: dict[str, Any],
     results: dict[str, dict[str, Any]] = {}
     while True:
         pending = [t for t in tasks if t["name"] not in results]
-        for name, obs in observe(run_dir, run_id, pending).items():
+        seen = observe(run_dir, run_id, pending)
+        for name, obs in seen.items():
             port = next(t.get("port") for t in pending if t["name"] == name)
             exit_rec = obs["exit"] or {}
             if obs["state"] == "running":
@@ -188,7 +192,7 @@ def wait_for_ports(run_dir: str, run_id: str, manifest: dict[str, Any],
                 "port_holder": port_report([port])[0] if port else None,
                 "last_lines": log_tail(task_file(run_dir, task["name"], ".log"), 20)}
     ready = all(r["state"] in ("listening", "running") for r in results.values())
-    return {"tasks": results, "ready": ready}
+    return {"tasks": results, "ready": ready, "seen": seen}
 
 
 def live_runs(workdir: str) -> dict[str, bool]:

@@ -45,8 +45,9 @@ def op_up_check(req: dict[str, Any]) -> dict[str, Any]:
     if req.get("gpus_script"):
         answer["gpus"] = gpus_listing(str(req["gpus_script"]))
     answer["ports"] = port_report(int(p) for p in req.get("ports", []))
-    live = live_runs(workdir) if os.path.isdir(workdir) else {}
-    answer["live_runs"] = sorted(run for run, is_live in live.items() if is_live)
+    if req.get("live_runs", True):
+        live = live_runs(workdir) if os.path.isdir(workdir) else {}
+        answer["live_runs"] = sorted(run for run, is_live in live.items() if is_live)
     return answer
 
 
@@ -117,14 +118,14 @@ def op_up_go(req: dict[str, Any]) -> dict[str, Any]:
         answer["pids"] = launch_tasks(run_dir, workdir, run_id, manifest, req["launch"])["tasks"]
         answer["watcher_pid"] = start_watcher(run_dir, run_id)
     names = list(req.get("wait") or [])
-    ready = True
+    ready, seen = True, None
     if names:
         waited = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, names),
                                float(req.get("timeout_s", 2.0)))
-        answer["waited"], ready = waited["tasks"], bool(waited["ready"])
-    if req.get("status") is not None and ready:
+        answer["waited"], ready, seen = waited["tasks"], bool(waited["ready"]), waited["seen"]
+    if req.get("status") is not None and ready:  # the wait's last look, if it saw every task
         answer["status"] = op_status({"workdir": workdir, "run_id": run_id,
-                                      "tail": int(req["status"])})
+                                      "tail": int(req["status"])}, seen)
     answer["at"] = time.time()
     return answer
 

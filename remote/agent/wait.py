@@ -24,17 +24,20 @@ FULL_LOOK_EVERY_S = 1.0
 def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
                   tasks: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
     """`agent_state.wait_for_ports`' answer, with full looks only when cheap signals say one
-    may be conclusive (or once a second, or at the deadline)."""
+    may be conclusive (or once a second, or at the deadline); `seen`: the last look (`observe`)
+    of the tasks it covered, for a status that follows at once."""
     deadline = time.time() + timeout_s
     results: dict[str, Any] = {}
+    seen: dict[str, Any] = {}
     pause, next_look, quiet_until = 0.01, time.time() + FULL_LOOK_EVERY_S, 0.0
     while True:
         pending = [t for t in tasks if t["name"] not in results]
         now = time.time()
         last = now >= deadline
         if last or now >= next_look or _may_be_up(run_dir, pending, now >= quiet_until):
-            seen = wait_for_ports(run_dir, run_id, manifest, [t["name"] for t in pending], 0.0)
-            results.update({name: state for name, state in seen["tasks"].items()
+            looked = wait_for_ports(run_dir, run_id, manifest, [t["name"] for t in pending], 0.0)
+            seen = looked["seen"]
+            results.update({name: state for name, state in looked["tasks"].items()
                             if last or state["state"] != "timeout"})
             if len(results) == len(tasks):
                 break
@@ -45,9 +48,12 @@ def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
         pause = min(pause * 1.5, 0.05)  # a probe costs ~0.1 ms: answer within 50 ms
     lost = [name for name, state in results.items() if state["state"] == "lost"]
     if lost:  # seen between the supervisor's exit record and its exit: look once more
-        results.update(wait_for_ports(run_dir, run_id, manifest, lost, 0.0)["tasks"])
+        looked = wait_for_ports(run_dir, run_id, manifest, lost, 0.0)
+        results.update(looked["tasks"])
+        seen = looked["seen"]
     ready = all(r["state"] in ("listening", "running") for r in results.values())
-    return {"tasks": {t["name"]: results[t["name"]] for t in tasks}, "ready": ready}
+    return {"tasks": {t["name"]: results[t["name"]] for t in tasks}, "ready": ready,
+            "seen": seen}
 
 
 def _may_be_up(run_dir: str, tasks: list[dict[str, Any]], probe_ports: bool) -> bool:
