@@ -136,10 +136,13 @@ def test_multi_worker_mirrored_trains_to_completion_through_slurm(
     job = {"script": "train.py", "style": "tf_config", "args": ["--steps=20", "--log_every=10"]}
     inv = write_inventory(lab, examples_job_dir(tmp_path), job, ps={"h1": 0, "h2": 0},
                           hosts=["h1", "h2"])
-    run_id = submit(cluster, inv)
-    wait = cli(cluster, inv, "wait", "--timeout", "200", timeout=260)
+    up = cli(cluster, inv, "up", "--on", "slurm", "--wait", "--json", timeout=260)
     logs = cli(cluster, inv, "logs", "-n", "200").stdout
-    assert wait.returncode == 0, wait.stderr + logs
+    assert up.returncode == 0, up.stderr + logs
+    data = json.loads(up.stdout)  # submitted, then waited for: `up --wait` as on the lab
+    run_id = data["run_id"]
+    assert run_id.startswith("slurm-") and data["wait"]["ended"]
+    assert data["wait"]["exit_code"] == 0 and data["wait"]["fatal"] is None
     assert "worker:0 | RESULT" in logs and '"style": "multi_worker"' in logs
     assert "worker:1 | tfctl: worker:1 on h2 " in logs  # its own step, on its node
     assert list((tmp_path / "shared" / "out" / "ckpt").glob("ckpt-*.index"))
