@@ -80,7 +80,7 @@ def test_a_no_change_up_is_one_check_and_one_start_per_host(lab, tmp_path: Path,
     try:
         per_host = {h: sorted(k.split(" ", 1)[1] for k, n in asked.items()
                               for _ in range(n) if k.startswith(h + " ")) for h in lab.names}
-        assert per_host == {h: ["post status", "up_check", "up_go"] for h in lab.names}
+        assert per_host == {h: ["post up_mark", "up_check", "up_go"] for h in lab.names}
         # ... and it is the run `up` verified: every task up, the status it ended with
         assert {t.state for t in controller.up_status.tasks} == {"running"}  # type: ignore[union-attr]
         assert len(processes_of_run(run_id)) == len(controller.up_status.tasks)  # type: ignore[union-attr]

@@ -5,10 +5,11 @@ Last in the program, it adds its operations to `main.OPS`.
 
 `up_check` answers everything `up` must know before it may start anything anywhere: whether
 the synced tree differs (the client sends the digests), whether `job.setup` is cached, what
-nvidia-smi says of the GPUs (the busy-GPU check), which task ports are taken and whether a run is
-still live here. It starts nothing, and it cannot: only the client, once every host's answer is
-in and judged, sends `up_go`. That is why one host never starts tasks while another host's
+nvidia-smi says of the GPUs (the busy-GPU check) and which task ports are taken (a live run's
+tasks hold theirs). It starts nothing, and it cannot: only the client, once every host's answer
+is in and judged, sends `up_go`. That is why one host never starts tasks while another host's
 check is still to fail (a busy GPU, a taken port refuse the whole `up` with nothing started).
+`prepare`, in `up_go`, still refuses a run while another is live here, as it always did.
 
 `up_go` does what `prepare`, `launch`, `wait_ports` and `status` did in four requests: make the
 run directory (and copy the cached setup log into it), start the tasks named, wait for them to
@@ -25,11 +26,17 @@ from typing import Any
 
 from tfctl.remote.agent.main import OPS, expand, need, op_prepare, op_status
 from tfctl.remote.agent.proc import port_report
-from tfctl.remote.agent.run import launch_tasks, load_manifest, manifest_tasks, run_dir_of
-from tfctl.remote.agent.state import live_runs
+from tfctl.remote.agent.run import (
+    launch_tasks,
+    load_manifest,
+    manifest_tasks,
+    now,
+    run_dir_of,
+    write_json,
+)
 from tfctl.remote.agent.sync import sync_diff
 from tfctl.remote.agent.wait import wait_until_up
-from tfctl.remote.agent.watch import start_watcher
+from tfctl.remote.agent.watch import UP_MARK, start_watcher
 
 SETUP_FOLDER = ".tfctl/setup"
 
@@ -45,9 +52,6 @@ def op_up_check(req: dict[str, Any]) -> dict[str, Any]:
     if req.get("gpus_script"):
         answer["gpus"] = gpus_listing(str(req["gpus_script"]))
     answer["ports"] = port_report(int(p) for p in req.get("ports", []))
-    if req.get("live_runs", True):
-        live = live_runs(workdir) if os.path.isdir(workdir) else {}
-        answer["live_runs"] = sorted(run for run, is_live in live.items() if is_live)
     return answer
 
 
@@ -139,4 +143,13 @@ def _copy_setup_log(source: str, target: str) -> None:
         shutil.copyfile(source, target)
 
 
-OPS.update({"up_check": op_up_check, "up_go": op_up_go})
+def op_up_mark(req: dict[str, Any]) -> dict[str, Any]:
+    """`up` verified every task of the run on every host: the watcher may trust it (what
+    `status` with `mark_up` does, without reading every task's state once more)."""
+    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+    load_manifest(run_dir)
+    write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
+    return {}
+
+
+OPS.update({"up_check": op_up_check, "up_go": op_up_go, "up_mark": op_up_mark})

@@ -287,7 +287,6 @@ class UpCheck:
     gpus_stdout: str | None
     """The busy-GPU program's output (None: no GPU task here)."""
     ports: tuple[PortState, ...]
-    live_runs: tuple[str, ...]
 
 
 def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | None,
@@ -304,8 +303,7 @@ def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | No
                                            None if differ is None else tuple(differ)),
         a.get("setup"), None if gpus is None else str(gpus.get("stdout") or ""),
         tuple(PortState(int(s["port"]), bool(s.get("free")), s.get("tfctl_run_id"),
-                        s.get("tfctl_task"), s) for s in a.get("ports", ())),
-        tuple(a.get("live_runs") or ()))
+                        s.get("tfctl_task"), s) for s in a.get("ports", ())))
 
 
 @dataclass(frozen=True)
@@ -336,7 +334,6 @@ def up_go(t: Transport, workdir: str, run_id: str, *, manifest: Raw | None = Non
 
 
 def post_mark_up(t: Transport, workdir: str, run_id: str) -> None:
-    """Tell the host's watcher that `up` verified the whole run (op `status` with `mark_up`),
-    without waiting for the answer: nothing in `up` depends on it."""
-    agentclient.post(t, "status", {"workdir": workdir, "run_id": run_id, "tail": 0,
-                                   "mark_up": True})
+    """Tell the host's watcher that `up` verified the whole run (op `up_mark`), without
+    waiting for the answer: nothing in `up` depends on it."""
+    agentclient.post(t, "up_mark", {"workdir": workdir, "run_id": run_id})

@@ -7,7 +7,7 @@ read and the setup log's copy (a shell). Here a host gets two agent requests on 
 (the host side is remote/agent/up.py), and a third that nobody waits for:
 
 1. `up_check`: the sync's digests compared, the setup cache looked up, nvidia-smi read, the task
-   ports and live runs checked. It starts nothing.
+   ports checked. It starts nothing.
 2. `up_go`, once every host's check is in and judged: prepare the run, start the host's tasks,
    wait (on the host, cheaply) until they listen or die, and answer with the host's status.
 3. the mark that the whole run is up, for the hosts' watchers: posted, not waited for.
@@ -19,7 +19,7 @@ If any host's check fails (unreachable, no Python for the agent), `up` takes the
 path, whose errors are the ones people know; so do `shared_fs` and `transport: local` hosts.
 
 Why no host starts a task while another host's check could still refuse the `up` (a busy GPU, a
-taken port, a live run): `up_go` is a separate request, sent only after `up_check` has answered
+taken port): `up_go` is a separate request, sent only after `up_check` has answered
 on every host and every answer was judged, and `up_check` cannot start anything. The barrier
 costs one line each way on an open session; merging the two into one request would let a host
 start before a busy GPU elsewhere was seen. With the ps first (`--ps-first`), the ps phase and
@@ -119,11 +119,8 @@ def up_in_two_trips(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options:
     run_id = new_run_id()
     on_run_id(run_id)
     hooks.run_started(run_id)
-    for host in plan.hosts_used:
+    for host in plan.hosts_used:  # a live run's tasks hold their ports; prepare refuses it too
         judge_ports(host, checks[host].ports, plan)
-        if checks[host].live_runs:
-            raise LaunchFailed(host, f"run {checks[host].live_runs[0]} is still live there: "
-                                     "run `tfctl down` first")
     try:
         status = _start(fleet, plan, run_id, say, options.ps_first, options.start_timeout_s,
                         setup_logs)
