@@ -16,6 +16,8 @@ each command imported (none of textual, tensorflow, fabric, paramiko may be), re
 command's own `sys.modules` at exit. The row `ssh stack import` is a fresh process importing
 `tfctl.remote.connect.ssh`, which a command that contacts hosts (`status`, `up`, ...) imports
 on its first connection: with `--baseline`, its difference is what Fabric costs such a command.
+It also times resolving 3 ssh-config aliases through OpenSSH (`ssh -G`, remote/connect/openssh.py)
+in a fresh process, with its answers cached on disk and with that cache off.
 `--lab N` also times `tfctl status` and `tfctl exec -- true` on a lab of N real sshd hosts
 (tests/lab), which connect to every host (`exec` through Fabric's `Connection.run`).
 """
@@ -54,6 +56,26 @@ def heavy_imports(argv: list[str], env: dict[str, str] | None = None) -> list[st
     done = timed([PYTHON, "-c", PROBE, *argv], env=env).check(" ".join(argv))
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
     return [m for m in json.loads(line[len("MODULES "):]) if m in FORBIDDEN + NOTED]
+
+
+RESOLVE = ("import time\nfrom tfctl.remote.connect.sshconfig import resolve\n"
+           "t = time.perf_counter()\nfor a in ('box1', 'box2', 'box3'):\n    resolve(a)\n"
+           "print((time.perf_counter() - t) * 1000)\n")
+
+
+def resolve_ms(home: Path, reps: int) -> dict[str, float]:
+    """Median ms to resolve 3 aliases of `home`'s ~/.ssh/config, ssh -G cache on and off."""
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        "".join(f"Host box{i}\n  HostName 10.0.0.{i}\n  User u\n" for i in range(1, 4)))
+    found: dict[str, list[float]] = {"cached": [], "cache off": []}
+    for _ in range(reps):
+        for name, flag in (("cached", "1"), ("cache off", "0")):
+            env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                       TFCTL_SSH_G_CACHE=flag)
+            found[name].append(float(timed([PYTHON, "-c", RESOLVE], env=env)
+                                     .check("resolve").stdout))
+    return {k: median(v) for k, v in found.items()}
 
 
 def main() -> int:
@@ -108,6 +130,7 @@ def main() -> int:
                     for name, (argv, env) in commands.items()
                     if name != "python -c pass" and "ssh stack" not in name
                     and "lab: " not in name}
+        resolved = resolve_ms(Path(tmp) / "home", args.reps)
     m = {k: median(v) for k, v in walls.items()}
     floor = m["python -c pass"]
     print(f"medians of {args.reps} interleaved runs, wall s (a fresh process each):")
@@ -120,6 +143,8 @@ def main() -> int:
             f"   {ratio(wall, floor)}× bare python; forbidden imports: {', '.join(bad) or 'none'}"
             f" (imports {', '.join(x for x in imported[name] if x in NOTED) or 'none of note'})")
         print(f"  {name:<24}{wall:>7.3f}{extra}")
+    print(f"ssh -G, 3 aliases resolved in process: {resolved['cached']:.1f} ms cached, "
+          f"{resolved['cache off']:.1f} ms with the cache off")
     worst = max(m["tfctl --help"], m["tfctl plan (16 hosts)"])
     print(f"P5 --help and plan: worst median {worst:.3f} s (goal ≤ 0.3 s: "
           f"{'met' if worst <= 0.3 else 'NOT met'})")
