@@ -253,3 +253,39 @@ def test_a_changed_key_on_the_jump_host_is_refused(lab, tmp_path: Path, healed) 
     proc = tfctl(inv, "--accept-new-host-keys", "ssh", "h2", "--", "echo", "reached", env=env)
     assert proc.returncode == 1 and "has CHANGED" in proc.stderr, proc.stderr
     assert lab.address("h1") in proc.stderr and "reached" not in proc.stdout
+
+
+def test_a_user_certificate_named_by_certificatefile_logs_in(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An sshd that takes only certificates signed by its user CA (no authorized key): the
+    login works with the CertificateFile the ssh config names (kept apart from the key)."""
+    folder = tmp_path / "certuser"
+    folder.mkdir()
+    host_key, user_ca = folder / "host_key", folder / "user_ca"
+    keygen("-t", "ed25519", "-N", "", "-f", str(host_key))
+    keygen("-t", "ed25519", "-N", "", "-f", str(user_ca))
+    shutil.copy(str(lab.key) + ".pub", folder / "me.pub")
+    keygen("-s", str(user_ca), "-I", "me", "-n", lab.user, "-V", "-5m:+1h", str(folder / "me.pub"))
+    (folder / "none").write_text("")
+    port = free_port()
+    config = folder / "sshd_config"
+    write_config(config, listen="127.0.0.1", port=port, host_key=host_key,
+                 authorized_keys=folder / "none", pid_file=folder / "sshd.pid", path_dirs=[],
+                 home=folder, as_root=lab.user == "root")
+    config.write_text(config.read_text() + f"TrustedUserCAKeys {user_ca}.pub\n")
+    sshd = SshdProcess([], config, folder / "sshd.log", "127.0.0.1", port)
+    sshd.start()
+    try:
+        sshd.wait_ready(time.monotonic() + 30)
+        known = tmp_path / "known_hosts"
+        known.write_text(f"[127.0.0.1]:{port} {public_key_line(host_key)}\n")
+        body = (f"Host certuser\n  HostName 127.0.0.1\n  Port {port}\n  User {lab.user}\n"
+                f"  IdentityFile {lab.key}\n  IdentitiesOnly yes\n")
+        env = home_with(tmp_path, body)
+        inv = alias_inventory(lab, tmp_path, "certuser", known)
+        proc = reach(inv, env)
+        assert proc.returncode == 1 and "refused the login" in proc.stderr  # no certificate
+        env = home_with(tmp_path, body + f"  CertificateFile {folder}/me-cert.pub\n")
+        proc = reach(inv, env)
+        assert (proc.returncode, proc.stdout) == (0, "reached\n"), proc.stderr
+    finally:
+        sshd.stop()

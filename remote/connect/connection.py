@@ -101,6 +101,9 @@ class HostConnection(fabric.Connection):
             host.name, self.known, options.accept_new_host_keys, self.key_name, cas, files))
         if cas and not plain:
             self.connect_kwargs["transport_factory"] = certificates_first
+        certified = certified_key(target)
+        if certified is not None:
+            self.connect_kwargs["pkey"] = certified
 
     def open_checked(self) -> None:
         """`open`, every failure one sentence naming this hop; a @revoked key refused."""
@@ -137,6 +140,21 @@ class HostConnection(fabric.Connection):
             return self.transport.open_session(timeout=self.connect_timeout)
         except (paramiko.SSHException, EOFError, OSError, AttributeError) as exc:
             raise SessionNotOpened(str(exc) or type(exc).__name__) from None
+
+
+def certified_key(target: Target) -> paramiko.PKey | None:
+    """The first of the host's keys a CertificateFile certifies, loaded with it: paramiko finds
+    only a certificate kept beside its key (`KEY-cert.pub`), so one named elsewhere in the ssh
+    config is paired here (a key with a passphrase is left to paramiko's own search)."""
+    for cert in target.certificate_files:
+        for key_file in target.key_filenames:
+            try:
+                key = paramiko.PKey.from_path(key_file)
+                key.load_certificate(cert)
+            except Exception:  # not its key, unreadable, or a passphrase: the next pair
+                continue
+            return key
+    return None
 
 
 def tcp_connect(hostname: str, port: int, timeout_s: float) -> socket.socket:

@@ -47,6 +47,8 @@ class Target:
     """HostKeyAlias: the name its key is looked up (and recorded) under in known_hosts."""
     allow_agent: bool = True
     """False with IdentitiesOnly: only the listed key files are offered."""
+    certificate_files: tuple[str, ...] = ()
+    """CertificateFile: user certificates offered with their keys (`ssh -G`)."""
 
     @property
     def where(self) -> str:
@@ -155,7 +157,10 @@ def _from_openssh(ssh: str, alias: str, user: str | None, port: int | None,
         look_for_keys=identity_file is None and not only,
         jumps=jumps, proxy_command=command,
         known_hosts_files=tuple(dict.fromkeys(os.path.expanduser(f) for f in files)),
-        host_key_alias=one("hostkeyalias"), allow_agent=not only)
+        host_key_alias=one("hostkeyalias"), allow_agent=not only,
+        certificate_files=tuple(c for c in (os.path.expanduser(f) for f in
+                                            found.get("certificatefile", ()))
+                                if os.path.exists(c)))
 
 
 def _hop(spec: str, identity_file: str | None, config: paramiko.SSHConfig | None, depth: int
