@@ -174,7 +174,8 @@ def classify_connect_error(host: Host, target: Target, options: SshOptions,
     if isinstance(exc, HostKeyRefused):
         return exc
     if isinstance(exc, paramiko.AuthenticationException):
-        key = host.identity_file or "your default keys / agent"
+        key = host.identity_file or ", ".join(target.key_filenames) or \
+            "your default keys / agent"
         return AuthRefused(host.name, f"{where} refused the login of user "
                            f"{target.user!r} with {key}",
                            "check `user:` and `identity_file:` and that the public key is in "
