@@ -206,6 +206,20 @@ class SlurmRun:
         return running, (f"Slurm job {job.job_id} still has steps after scancel: "
                          f"{steps or 'state ' + self.status().job_state}")
 
+    def down(self, grace_s: float, say: Say | None = None
+             ) -> tuple[tuple[str, ...], dict[str, RemoteError]]:
+        """`cancel` as `down` reports it: the tasks stopped, and the submit host's error if
+        steps of the job remain."""
+        stopped, problem = self.cancel(grace_s, say)
+        return stopped, ({} if problem is None else {
+            self.host.name: RemoteError(self.host.name, problem, kind="stop")})
+
+    @staticmethod
+    def source(st: SlurmStatus) -> str:
+        """Where `status` says the run came from: `state file; Slurm says PENDING (Priority)`."""
+        said = f"{st.job_state} ({st.reason})" if st.reason not in ("", "None") else st.job_state
+        return f"state file; Slurm says {said}"
+
     def _steps(self, job_id: str) -> str:
         res = self.transport.run(f"squeue -h --steps -j {job_id} -o '%i %j' 2>/dev/null",
                                  timeout_s=60)

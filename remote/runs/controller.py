@@ -20,7 +20,7 @@ from tfctl.remote.connect.agentops import StopAnswer
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import GpusBusy, RemoteError
-from tfctl.remote.runs.current import CurrentRun, current_run, read_state, remember
+from tfctl.remote.runs.current import CurrentRun, current_run, remember
 from tfctl.remote.runs.launch import launch, new_run_id
 from tfctl.remote.runs.logs import LogFollower
 from tfctl.remote.runs.setup import SetupOutcome, attach_logs
@@ -151,12 +151,10 @@ class RunController:
         """The current run's engine when it is a Slurm job (`up --on slurm`): status, logs,
         wait and down are then its (remote/engines/slurm_run.py), read from Slurm."""
         if not self._slurm_read:
-            self._slurm_read = True
-            state = read_state(self.inventory)
-            if state is not None and state.get("engine") == "slurm":
-                from tfctl.remote.engines.slurm_run import SlurmRun
+            from tfctl.remote.engines.slurm_run import SlurmRun
 
-                self._slurm_run = SlurmRun.remembered(self.inventory, self.fleet.options)
+            self._slurm_read = True
+            self._slurm_run = SlurmRun.remembered(self.inventory, self.fleet.options)
         return None if self._run is not None and self._run.source == "--run" \
             else self._slurm_run
 
@@ -171,10 +169,7 @@ class RunController:
         servers are stopped and the end recorded (`stopped`)."""
         if (slurm := self.slurm()) is not None:
             found = slurm.status(tail)
-            said = f"{found.job_state} ({found.reason})" if found.reason not in ("", "None") \
-                else found.job_state
-            return StatusReport(CurrentRun(found.run_id, f"state file; Slurm says {said}", ()),
-                                found, ())
+            return StatusReport(CurrentRun(found.run_id, slurm.source(found), ()), found, ())
         run = self.current()
         if run is None:
             return None
@@ -292,7 +287,8 @@ class RunController:
         self.up_status = read_status(self.fleet, run_id, list(self.plan.hosts_used), mark_up=True)
         return run_id
 
-    def up_slurm(self, options: UpOptions = UpOptions(), on_event: Say | None = None) -> str:
+    def up_slurm(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
+                 hooks: UpHooks | None = None) -> str:
         """`up --on slurm`: sync once to `slurm.workdir`, `sbatch` the plan's script there,
         remember the job as the current run (remote/engines/slurm_run.py)."""
         from tfctl.remote.engines.slurm_run import SlurmRun
@@ -302,7 +298,8 @@ class RunController:
             say(WARNING + w)
         run = SlurmRun(self.inventory, self.fleet.options)
         self._slurm_run, self._slurm_read = run, True
-        run_id = run.submit(self.plan, say, sync=options.sync)
+        run_id = self.starting_run_id = run.submit(self.plan, say, sync=options.sync)
+        (hooks or NoHooks()).run_started(run_id)  # from now on an interrupt cancels the job
         self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
         self.up_status = run.status()
         return run_id
@@ -312,6 +309,9 @@ class RunController:
         from tfctl.remote.runs.launch import rollback
 
         chosen = run_id or self.starting_run_id
+        if chosen is not None and self._slurm_run is not None and self._slurm_run.job:
+            self._slurm_run.cancel(5.0)
+            return f"cancelled Slurm job {chosen.removeprefix('slurm-')}"
         return "nothing had started" if chosen is None else rollback(self.fleet, self.plan,
                                                                     chosen)
 
@@ -320,9 +320,7 @@ class RunController:
         (those it recorded, so a run started on part of the lab is stopped there only);
         `on_event` hears which run and hosts before they are stopped."""
         if (slurm := self.slurm()) is not None:  # scancel, then every step verified gone
-            stopped, problem = slurm.cancel(grace_s, on_event)
-            errors = {} if problem is None else {
-                slurm.host.name: RemoteError(slurm.host.name, problem, kind="stop")}
+            stopped, errors = slurm.down(grace_s, on_event)
             return DownSummary(slurm.run_id, stopped, tuple(errors), errors=errors)
         run = self.current(refresh=True)
         if run is None:

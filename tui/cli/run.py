@@ -164,7 +164,7 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
             _one_line_errors(as_json):
         try:
             if engine == "slurm":  # sync once, sbatch; status, logs, wait, down follow it
-                run_id = controller.up_slurm(options, say)
+                run_id = controller.up_slurm(options, say, hooks=hooks)
             else:
                 with step_rows(controller, options, hooks, "tfctl up", launch=True) as on_event:
                     run_id = controller.up(options, on_event, hooks=hooks)
