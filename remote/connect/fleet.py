@@ -46,7 +46,8 @@ class FleetResult(Generic[T]):
 
 def _ssh_transport(host: Host, options: SshOptions) -> Transport:
     # Imported on the first connection, not with this module: until then (loading the inventory,
-    # listing the sync source) the command does not wait for paramiko's ~50 ms import.
+    # listing the sync source) the command does not wait for Fabric's and paramiko's import
+    # (~0.15 s of a fresh process, benchmarks/README.md).
     from tfctl.remote.connect.ssh import SshTransport
 
     return SshTransport(host, options)

@@ -1,6 +1,6 @@
 """The one interface between tfctl and a host: run a command, stream a command, forward a port.
 
-Two implementations: `ssh.SshTransport` (paramiko) and `local.LocalTransport`
+Two implementations: `ssh.SshTransport` (Fabric over paramiko) and `local.LocalTransport`
 (subprocess, for `transport: local` hosts such as the demo's). Everything above this module is
 transport-blind, which is what makes `tfctl demo` the same code path as a real lab.
 """
