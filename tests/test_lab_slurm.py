@@ -20,7 +20,8 @@ from tests.lab.lab import Lab
 from tests.lab.slurm import SlurmCluster, slurm_missing
 from tests.labtools import environ_of, examples_job_dir, job_dir, processes_of_run, tfctl
 from tfctl.inventory import load_inventory
-from tfctl.remote.runs.controller import RunController
+from tfctl.remote.runs.controller import RunController, UpOptions
+from tfctl.remote.runs.steps import NoHooks
 
 pytestmark = [pytest.mark.lab]
 
@@ -264,4 +265,26 @@ def test_a_job_slurm_ended_is_reported_as_slurm_ended_it(lab: Lab, cluster: Slur
         in wait.stderr
     st = json.loads(cli(cluster, inv, "status", "--json").stdout)
     assert {t["state"] for t in st["tasks"]} == {"stopped"}
+    no_process_left(cluster, run_id)
+
+
+def test_up_interrupted_after_sbatch_cancels_the_job(lab: Lab, cluster: SlurmCluster,
+                                                     tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `up`'s interrupt guard does once the run id is known: the submitted job is cancelled
+    (`rollback`), as a lab run's started tasks are stopped."""
+    job = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+    inv = write_inventory(lab, job_dir(tmp_path), job, hosts=["h1", "h2"])
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    started: list[str] = []
+
+    class Hooks(NoHooks):
+        def run_started(self, run_id: str) -> None:
+            started.append(run_id)
+
+    with RunController(load_inventory(str(inv))) as controller:
+        run_id = controller.up_slurm(UpOptions(), hooks=Hooks())
+        assert started == [run_id]
+        said = controller.rollback()
+    assert said == f"cancelled Slurm job {run_id.removeprefix('slurm-')}"
     no_process_left(cluster, run_id)
