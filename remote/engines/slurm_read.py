@@ -120,7 +120,10 @@ class SlurmStatus(RunStatus):
 
 
 @dataclass
-class _Answer:
+class SlurmAnswer:
+    """What one read's shell program printed: scontrol's and sacct's status and text, and the
+    files (the batch script's output as `@sbatch`, each task's log tail by its stem)."""
+
     scontrol: tuple[int, str] = (1, "")
     sacct: tuple[int, str] | None = None
     files: dict[str, str] = field(default_factory=dict)
@@ -130,8 +133,8 @@ def _b64(text: str) -> str:
     return base64.b64decode(text).decode("utf-8", "replace") if text else ""
 
 
-def _parse(stdout: str) -> _Answer:
-    answer = _Answer()
+def _parse(stdout: str) -> SlurmAnswer:
+    answer = SlurmAnswer()
     for line in stdout.splitlines():
         parts = line.split(" ")
         if parts[0] == "@@scontrol" and len(parts) >= 2:
@@ -177,7 +180,7 @@ def read_job(t: Transport, job: SlurmJob, tail: int = 1) -> SlurmStatus:
     return status_from(job, _parse(res.stdout), tail, asked_at)
 
 
-def _slurm_state(answer: _Answer) -> tuple[str, str, str]:
+def _slurm_state(answer: SlurmAnswer) -> tuple[str, str, str]:
     """(state, ExitCode, Reason): UNKNOWN once Slurm forgot the job, NO_ANSWER (Reason: what
     scontrol said) when it did not answer."""
     rc, text = answer.scontrol
@@ -192,7 +195,7 @@ def _slurm_state(answer: _Answer) -> tuple[str, str, str]:
     return "NO_ANSWER", "", " ".join(text.split())[:200] or f"scontrol exited {rc}"
 
 
-def status_from(job: SlurmJob, answer: _Answer, tail: int, asked_at: float) -> SlurmStatus:
+def status_from(job: SlurmJob, answer: SlurmAnswer, tail: int, asked_at: float) -> SlurmStatus:
     state, slurm_exit, reason = _slurm_state(answer)
     driver = answer.files.get("@sbatch", "").splitlines()
     started: dict[str, str] = {}
