@@ -147,10 +147,10 @@ class Job:
 
 @dataclass(frozen=True)
 class Slurm:
-    """`slurm:`: the batch job `tfctl export slurm` writes (None: taken from the hosts)."""
+    """`slurm:`: the batch job `tfctl export slurm` writes and `up --on slurm` submits."""
 
     host: str = "local"
-    """Where `sbatch` runs: `local`, or the login node's address."""
+    """Where `up --on slurm` runs `sbatch`: `local`, or the name of a host entry (over SSH)."""
     partition: str | None = None
     account: str | None = None
     time: str | None = None

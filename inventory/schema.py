@@ -206,8 +206,9 @@ _SLURM_TIME = r"\d+(:\d\d?){0,2}|\d+-\d+(:\d\d?){0,2}|UNLIMITED|unlimited|infini
 
 
 class SlurmSpec(_Strict):
-    """`slurm:` (optional): what `tfctl export slurm` asks Slurm for. Without `nodes` and
-    `gpus_per_node` the job asks for one node per host and the most GPUs a host has."""
+    """`slurm:` (optional): what `export slurm` asks Slurm for, and where `up --on slurm`
+    submits it (`host`, `workdir`). Without `nodes` and `gpus_per_node` the job asks for one
+    node per host and the most GPUs a host has."""
 
     host: str = Field(default="local", min_length=1)
     partition: str | None = None
