@@ -103,12 +103,13 @@ def test_no_inventory_completes_nothing(tmp_path: Path) -> None:
 def test_completion_stays_cheap(project: Path) -> None:
     probe = ("import sys\nfrom tfctl.tui.cli.main import main\n"
              "try:\n    main(prog_name='tfctl')\nexcept SystemExit:\n    pass\n"
-             "heavy = [m for m in ('paramiko', 'fabric', 'textual') if m in sys.modules]\n"
+             "heavy = [m for m in ('paramiko', 'fabric', 'invoke', 'textual')\n"
+             "         if m in sys.modules]\n"
              "print('HEAVY', heavy)\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, cwd=project,
                           env={**os.environ, "_TFCTL_COMPLETE": "bash_complete",
-                               "COMP_WORDS": "tfctl logs w", "COMP_CWORD": "2"})
+                               "COMP_WORDS": "tfctl ssh w", "COMP_CWORD": "2"})
     assert "plain,worker:0" in proc.stdout and "HEAVY []" in proc.stdout, proc.stderr
 
 
