@@ -9,19 +9,27 @@ its task port and idles) as 3 processes per host: ps:1 and 2 CPU workers. Per re
 rotating order:
   pdsh       `pdsh -f 32 -R ssh` merely launching the same 3 processes per host, detached, with
              the same key and strict host-key checking (no check that they started);
-  up         `tfctl up --no-sync`: port preflight, run dirs, ps first and until they listen, then
-             the workers until they listen, then one status read; every host in parallel;
-  up+sync    `tfctl up` with a no-change sync first (the source was synced before the runs);
-  up-all     `tfctl up --no-sync --all-at-once`: every task in one launch, then verified;
-after each `up` but up-all: `tfctl status` (P5) and `tfctl down --grace G` (P6: every process
-of the run must be gone when it returns, and it must return within G + 1 s). Last, P6 again with
-tasks that ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
+  up         `tfctl up --no-sync --ps-first`: checks, run dirs, ps first and until they listen,
+             then the workers until they listen; every host in parallel;
+  up+sync    `tfctl up` with a no-change sync first (the source was synced before the runs),
+             every task at once (the default);
+  up-all     `tfctl up --no-sync`: every task in one launch, then verified;
+  up+setup   the full `up`: no-change sync, a cached `job.setup` (one `true`, its input the
+             job's script), all checks, every task at once and verified;
+after each `up` but up-all and up+setup: `tfctl status` (P5) and `tfctl down --grace G` (P6:
+every process of the run must be gone when it returns, and it must return within G + 1 s). Last,
+P6 again with tasks that ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
 
 CPU is user+sys of the tfctl process and everything it waited for (rsync, ssh), from
 RUSAGE_CHILDREN, divided by the host count: in this lab every host shares this machine's cores,
 so wall time grows with hosts whatever the tool; tfctl's own CPU per host is what limits a LAN.
 "machine CPU" is everything the machine did meanwhile (/proc/stat, less this script's own
 polling): client, every sshd, agent and task; for pdsh, until all its processes listen.
+
+Last, what SSH handshakes cost (issue 20: would connections that outlive a command pay?): in
+this process, with this tree's own transport, one command (`true`) on every host over fresh
+connections, then again over the same connections; and the same for one agent request (a fresh
+connection and agent session, then the session again).
 """
 
 from __future__ import annotations
@@ -200,17 +208,21 @@ def main() -> int:
         inv = lab.write_inventory(job / "cluster.yaml", spec, host_fields=fields)
         stubborn = lab.write_inventory(job / "stubborn.yaml", dict(spec, script="stubborn.py"),
                                        host_fields=fields, name="stubborn")
+        full = lab.write_inventory(job / "full.yaml", dict(spec, setup=["true"],
+                                                           setup_inputs=["job.py"]),
+                                   host_fields=fields, name="full")
         first_sync = timed(tfctl_argv(inv, "sync")).check("first sync")  # installs the agent
         print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
               f"{len(TASKS)} processes per host; python {PYTHON}"
               + (f"; before = {args.baseline}" if args.baseline else ""))
-        samples = measure(lab, inv, stubborn, args)
+        samples = measure(lab, inv, stubborn, full, args)
         samples["first_sync"].add(first_sync)
         report(samples, args)
+        handshakes(inv, args.reps)
     return 0
 
 
-def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
+def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Namespace
             ) -> dict[str, Samples]:
     pdsh_env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=shlex.join(
         ssh_options(lab.key, lab.known_hosts, lab.user)[2:]))  # -l is pdsh's own option
@@ -219,11 +231,12 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
     envs: dict[str, dict[str, str] | None] = {"": None}
     if args.baseline:
         envs[" (before)"] = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
-    for env in envs.values():  # warm-up, not counted
-        run_id = run_id_of(timed(tfctl_argv(inv, "up", "--no-sync"), env=env).check("up").stdout)
-        down_watched(inv, args.grace, run_id, env)
+    for env in envs.values():  # warm-up, not counted (the first also runs the setup)
+        for where in (inv, full):
+            run_id = run_id_of(timed(tfctl_argv(where, "up"), env=env).check("up").stdout)
+            down_watched(where, args.grace, run_id, env)
     contenders = ["pdsh", "up-all"] + [f"{kind}{tag}" for tag in envs
-                                       for kind in ("up", "up+sync")]
+                                       for kind in ("up", "up+sync", "up+setup")]
     for rep in range(args.reps):
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
             if name == "pdsh":
@@ -236,11 +249,12 @@ def measure(lab: Lab, inv: Path, stubborn: Path, args: argparse.Namespace
             env = envs[tag]
             kind = name.split(" ")[0]
             flags = {"up": ["--no-sync", "--ps-first"], "up-all": ["--no-sync"]}.get(kind, [])
-            up = timed(tfctl_argv(inv, "up", *flags), env=env)
+            which = full if kind == "up+setup" else inv
+            up = timed(tfctl_argv(which, "up", *flags), env=env)
             s[name].add(up.check(name))
             run_id = run_id_of(up.stdout)
-            if kind == "up-all":  # measured for `up` alone; its status and down are alike
-                down_watched(inv, args.grace, run_id, env)
+            if kind in ("up-all", "up+setup"):  # for `up` alone; its status and down are alike
+                down_watched(which, args.grace, run_id, env)
                 continue
             s["status" + tag].add(timed(tfctl_argv(inv, "status"), env=env).check("status"))
             started = time.time()
@@ -274,8 +288,9 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
             ("pdsh, until all ports listen", "pdsh+listen")]
     for tag in ("", " (before)"):
         rows += [("tfctl up --no-sync --all-at-once", "up-all")] if not tag else []
-        rows += [(f"tfctl up --no-sync{tag}", f"up{tag}"),
+        rows += [(f"tfctl up --no-sync --ps-first{tag}", f"up{tag}"),
                  (f"tfctl up, no-change sync{tag}", f"up+sync{tag}"),
+                 (f"tfctl up, sync + cached setup{tag}", f"up+setup{tag}"),
                  (f"tfctl status{tag}", f"status{tag}"),
                  (f"tfctl down --grace {args.grace:g}{tag}", f"down{tag}")]
     rows += [(f"tfctl down --grace {args.grace:g}, no TERM", "down_stubborn"),
@@ -290,14 +305,18 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
     pdsh, listen = m["pdsh"][0], m["pdsh+listen"][0]
     for tag in [t for t in ("", " (before)") if f"up{tag}" in m]:
         up, synced = m[f"up{tag}"], m[f"up+sync{tag}"]
-        print(f"P1{tag} up --no-sync ÷ pdsh: {ratio(up[0], pdsh)}; up with no-change sync ÷ "
-              f"pdsh: {ratio(synced[0], pdsh)} (goal ≤ 1.0); ÷ pdsh until its processes "
-              f"listen (what up verifies): {ratio(up[0], listen)}, {ratio(synced[0], listen)}")
+        whole = m[f"up+setup{tag}"]
+        print(f"P1{tag} GOAL full up (no-change sync, cached setup, all checks, until every "
+              f"task listens) ÷ pdsh until its processes listen: {ratio(whole[0], listen)} "
+              f"(goal ≤ 1.0); without a setup: {ratio(synced[0], listen)}; --no-sync "
+              f"--ps-first: {ratio(up[0], listen)}")
+        print(f"P1{tag} up --no-sync --ps-first ÷ pdsh launch only: {ratio(up[0], pdsh)}; up "
+              f"with no-change sync ÷ pdsh launch only: {ratio(synced[0], pdsh)}")
         if not tag:
             print(f"P1 up --no-sync --all-at-once ÷ pdsh: {ratio(m['up-all'][0], pdsh)}; ÷ pdsh "
                   f"until its processes listen: {ratio(m['up-all'][0], listen)}")
         print(f"P1{tag} tfctl CPU per host: up {up[1] / hosts:.3f} s, up+sync "
-              f"{synced[1] / hosts:.3f} s (goal ≤ 0.1 s)")
+              f"{synced[1] / hosts:.3f} s, full up {whole[1] / hosts:.3f} s (goal ≤ 0.1 s)")
         print(f"P1{tag} the machine's CPU for the whole job (client, sshd, agents, tasks): up "
               f"{busy[f'up{tag}']:.2f} s ÷ pdsh until listening {busy['pdsh+listen']:.2f} s = "
               f"{ratio(busy[f'up{tag}'], busy['pdsh+listen'])}")
@@ -305,7 +324,7 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
     if "up (before)" in m:
         print("after ÷ before: " + ", ".join(
             f"{k} {ratio(m[k][0], m[k + ' (before)'][0])}"
-            for k in ("up", "up+sync", "status", "down")))
+            for k in ("up", "up+sync", "up+setup", "status", "down")))
     limit = args.grace + 1
     worst = max(s["after_term"].wall_s)
     print(f"P6 down --grace {args.grace:g}: all processes gone (watched from outside) "
@@ -314,6 +333,43 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
           f"the first SIGTERM (worst {worst:.2f} s; goal ≤ grace + 1 = {limit:g} s: "
           f"{'met' if worst <= limit else 'NOT met'}); down returned after "
           f"{m['down'][0]:.2f} / {m['down_stubborn'][0]:.2f} s, none left every time")
+
+
+def handshakes(inv: Path, reps: int) -> None:
+    """What a fresh connection costs against one kept open: per host, wall and this process's
+    CPU (the client's side only), for a shell command and for an agent request."""
+    import resource
+
+    from tfctl.inventory.load import load_inventory
+    from tfctl.remote.connect import agentops
+    from tfctl.remote.connect.fleet import Fleet
+
+    inventory = load_inventory(inv)
+    hosts = len(inventory.hosts)
+    rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+
+    def clocked(name: str, step: object) -> None:
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.monotonic()
+        result = fleet.map(step)  # type: ignore[arg-type]
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        if result.failed:
+            raise SystemExit(f"{name}: {next(iter(result.failed.values()))}")
+        rows[name].append((wall, (after.ru_utime - before.ru_utime)
+                           + (after.ru_stime - before.ru_stime)))
+
+    for _ in range(reps):
+        for kind, step in (("command", lambda t: t.run("true", timeout_s=30)),
+                           ("agent request", lambda t: agentops.runs(t, t.host.workdir))):
+            with Fleet(inventory) as fleet:
+                clocked(f"{kind}, fresh connection", step)
+                clocked(f"{kind}, same connection", step)
+    print(f"SSH handshakes, {hosts} hosts in parallel, medians of {reps} (client CPU is this "
+          "process's: the hosts' sshd and shells are not in it):")
+    for name, values in rows.items():
+        wall, cpu = median(v[0] for v in values), median(v[1] for v in values)
+        print(f"  {name:<36}{wall:>8.3f} s wall{cpu / hosts:>10.4f} s client CPU per host")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
     python benchmarks/tf_start.py                 # 1 lab host: 1 ps + 1 worker, 3 repetitions
     python benchmarks/tf_start.py --hosts 3 --reps 3
+    python benchmarks/tf_start.py --hosts 3 --reps 2 --baseline /tmp/before   # before/after
 
 Two figures per start: until `up` returns (every task verified listening), and until the first
 training step (the first `step N` line of any worker's log) — what a user waits for.
@@ -11,7 +12,9 @@ The bundled trainer (examples/train.py, style flags) on lab hosts (tests/lab, re
 once before the runs. Per repetition, interleaved (order alternating): `tfctl up --no-sync`
 with `--ps-first` (parameter servers first and until they listen, then the workers until they
 listen) and without (every task in one launch, then each verified listening),
-each followed by `tfctl down`. Importing TensorFlow takes a task seconds of one core, so with
+each followed by `tfctl down`. With `--baseline DIR` (another version's `tfctl/` tree, as in
+lab_scale.py) a full `tfctl up` (no-change sync, all checks, all at once) of this version and of
+that one are the contenders instead. Importing TensorFlow takes a task seconds of one core, so with
 ps first a job starts in two imports one after the other; all at once, in one, where the cores
 are free: every lab host shares this machine's cores, so with more tasks than cores the imports
 queue for CPU either way (1 host = 2 tasks on this 2-core machine).
@@ -20,6 +23,7 @@ queue for CPU either way (1 host = 2 tasks on this 2-core machine).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -38,6 +42,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--baseline", metavar="DIR", help="another version's tfctl/ tree: full "
+                        "`up` of it (before) against this one's (after)")
     args = parser.parse_args()
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab:
@@ -49,6 +55,11 @@ def main() -> int:
         inv = lab.write_inventory(job_dir / "cluster.yaml", job)
         timed(tfctl_argv(inv, "sync")).check("sync")
         modes = {"ps first": ["--no-sync", "--ps-first"], "all at once": ["--no-sync"]}
+        envs: dict[str, dict[str, str] | None] = {m: None for m in modes}
+        if args.baseline:
+            modes = {"before": [], "after": []}
+            envs = {"before": dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve())),
+                    "after": None}
         walls: dict[str, list[float]] = {m: [] for m in modes}
         steps: dict[str, list[float]] = {m: [] for m in modes}
         floor = timed([sys.executable, "-c", "import tensorflow"]).check("import").wall_s
@@ -56,23 +67,26 @@ def main() -> int:
             order = list(modes) if rep % 2 == 0 else list(reversed(modes))
             for mode in order:
                 started = time.monotonic()
-                up = timed(tfctl_argv(inv, "up", *modes[mode])).check(f"up ({mode})")
+                up = timed(tfctl_argv(inv, "up", *modes[mode]), env=envs[mode]
+                           ).check(f"up ({mode})")
                 walls[mode].append(up.wall_s)
                 run_id = re.search(r"run (\S+) is up", up.stdout)
                 assert run_id, up.stdout
                 steps[mode].append(first_step_s(lab, run_id.group(1), started))
-                timed(tfctl_argv(inv, "down", "--grace", "1")).check("down")
+                timed(tfctl_argv(inv, "down", "--grace", "1"), env=envs[mode]).check("down")
             print(f"  rep {rep + 1}: " + ", ".join(
                 f"{m}: up {walls[m][-1]:.2f} s, first step {steps[m][-1]:.2f} s" for m in modes),
                 flush=True)
-    first, together = median(walls["ps first"]), median(walls["all at once"])
-    s_first, s_together = median(steps["ps first"]), median(steps["all at once"])
+    one, two = modes
+    first, together = median(walls[one]), median(walls[two])
+    s_first, s_together = median(steps[one]), median(steps[two])
     print(f"real TensorFlow, {args.hosts} host(s) × (1 ps + 1 worker), medians of {args.reps}; "
           f"one `import tensorflow` on the idle machine (the floor): {floor:.2f} s")
-    print(f"  up returns:        ps first {first:.2f} s, all at once {together:.2f} s, "
+    print(f"  up returns:        {one} {first:.2f} s, {two} {together:.2f} s, "
           f"ratio {ratio(together, first)}")
-    print(f"  first train step:  ps first {s_first:.2f} s, all at once {s_together:.2f} s, "
-          f"ratio {ratio(s_together, s_first)}")
+    print(f"  first train step:  {one} {s_first:.2f} s, {two} {s_together:.2f} s, "
+          f"ratio {ratio(s_together, s_first)}; ÷ the floor: {ratio(s_first, floor)}, "
+          f"{ratio(s_together, floor)}")
     return 0
 
 
