@@ -41,14 +41,13 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tfctl.inventory.plan import Plan
 from tfctl.remote.connect import agentclient, agentops
 from tfctl.remote.connect.agentops import StatusAnswer, UpCheck
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.gpus.busy import BusyReport, judge_listing, mask_tokens, nvsmi_script
 from tfctl.remote.runs.launch import (
     PHASES,
     WAIT_ROUND_S,
@@ -67,6 +66,9 @@ from tfctl.remote.runs.status import RunStatus, status_from
 from tfctl.remote.runs.steps import SyncFailed, UpHooks, judge_busy
 from tfctl.remote.sync.result import SyncResult
 from tfctl.remote.sync.rsync import SourceListing, apply_diff, source_dir, source_listing
+
+if TYPE_CHECKING:
+    from tfctl.remote.gpus.busy import BusyReport
 
 Say = Callable[[str], None]
 _NOTHING_LISTED = base64.b64encode(zlib.compress(b"[]")).decode()
@@ -138,6 +140,7 @@ def _check(fleet: Fleet, plan: Plan, hosts: Sequence[str],
     job = fleet.inventory.job
     asked = {"digest": commands_digest(job.setup), "inputs": list(job.setup_inputs)} \
         if setup and job.setup else None
+    tokens = _gpu_tokens(plan)
 
     def check(t: Any) -> UpCheck:
         name = t.host.name
@@ -146,9 +149,9 @@ def _check(fleet: Fleet, plan: Plan, hosts: Sequence[str],
             agentclient.prestart(t)  # connect and start the agent while the listing finishes
             entries = listing.result().blob or _NOTHING_LISTED
         used = name in plan.hosts_used
-        tokens = mask_tokens(plan, name) if used else ()
+        script = _nvsmi_script() if tokens.get(name) else None
         return agentops.up_check(t, t.host.workdir, entries=entries, setup=asked,
-                                 gpus_script=nvsmi_script() if tokens else None,
+                                 gpus_script=script,
                                  port_numbers=task_ports(plan, name) if used else ())
 
     return fleet.map(check, hosts)
@@ -206,12 +209,33 @@ def _setup(fleet: Fleet, checks: Mapping[str, UpCheck], synced: set[str], say: S
 def _judge_gpus(fleet: Fleet, plan: Plan, checks: Mapping[str, UpCheck], force: bool,
                 say: Say) -> None:
     """The busy-GPU check on the listings the checks brought (`GpusBusy` unless `force`)."""
-    hosts = [h for h in plan.hosts_used if mask_tokens(plan, h)]
-    if not hosts:
+    tokens = _gpu_tokens(plan)
+    if not tokens:
         return
+    from tfctl.remote.gpus.busy import BusyReport, judge_listing
+
     judged = fleet.map(lambda t: judge_listing(t, checks[t.host.name].gpus_stdout or "",
-                                               mask_tokens(plan, t.host.name)), hosts)
-    judge_busy(BusyReport(dict(judged.succeeded), dict(judged.failed)), force, say)
+                                               tokens[t.host.name]), list(tokens))
+    report: BusyReport = BusyReport(dict(judged.succeeded), dict(judged.failed))
+    judge_busy(report, force, say)
+
+
+def _gpu_tokens(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """host → the GPUs its tasks' masks name, for the hosts where they name any (the busy-GPU
+    module is loaded only for such a plan)."""
+    hosts = [h for h in plan.hosts_used
+             if any(t.cuda_visible_devices.strip() for t in plan.on_host(h))]
+    if not hosts:
+        return {}
+    from tfctl.remote.gpus.busy import mask_tokens
+
+    return {h: tokens for h in hosts if (tokens := mask_tokens(plan, h))}
+
+
+def _nvsmi_script() -> str:
+    from tfctl.remote.gpus.busy import nvsmi_script
+
+    return nvsmi_script()
 
 
 def _start(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
