@@ -206,9 +206,13 @@ def live_runs(workdir: str) -> dict[str, bool]:
     live = {}
     for run_id in run_ids:
         run_dir = os.path.join(root, run_id)
+        names = set(os.listdir(run_dir))
+        # A task with its exit record has a supervisor that is done (it writes the record last),
+        # so an old run costs a folder listing, not a read of each task's pid record.
         live[run_id] = run_id in tagged_runs or any(
             _supervisor_alive(read_json(os.path.join(run_dir, f)))
-            for f in os.listdir(run_dir) if f.endswith(".pid.json"))
+            for f in names if f.endswith(".pid.json")
+            and f[:-len(".pid.json")] + ".exit.json" not in names)
     return live
 
 
