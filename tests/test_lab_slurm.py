@@ -93,6 +93,7 @@ def no_process_left(cluster: SlurmCluster, run_id: str) -> None:
     assert cluster.jobs() == []
 
 
+@pytest.mark.tf
 def test_flags_between_graph_trains_to_completion_through_slurm(
         lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
     job = {"script": "train.py", "style": "flags", "args": ["--steps=20", "--log_every=10"]}
@@ -132,6 +133,7 @@ def test_flags_between_graph_trains_to_completion_through_slurm(
     no_process_left(cluster, run_id)
 
 
+@pytest.mark.tf
 def test_multi_worker_mirrored_trains_to_completion_through_slurm(
         lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
     job = {"script": "train.py", "style": "tf_config", "args": ["--steps=20", "--log_every=10"]}
