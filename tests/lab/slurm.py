@@ -65,8 +65,10 @@ class SlurmCluster:
         if not lab.isolated or lab.gateway is None:
             raise RuntimeError("a Slurm lab needs the isolated (network-namespace) lab")
         self.lab = lab
-        self.dir = Path(tempfile.mkdtemp(prefix="tfl-slurm-"))
+        cleanup_stale()
+        self.dir = Path(tempfile.mkdtemp(prefix=PREFIX))
         self.dir.chmod(0o755)
+        (self.dir / OWNER).write_text(netns.owner_token())
         self.conf = self.dir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         """The environment client commands (and tfctl) need to reach this cluster."""
@@ -234,6 +236,35 @@ PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+PREFIX = "tfl-slurm-"
+OWNER = "owner"
+"""`pid:start time` of the process that made the cluster (tests/lab/netns.py's token)."""
+
+
+def cleanup_stale() -> list[int]:
+    """Kill the daemons of clusters whose owner died without `close()` (a killed pytest), by
+    their command lines naming its folder, and remove the folder; the pids killed."""
+    killed: list[int] = []
+    for folder in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            pid, start = (int(x) for x in (folder / OWNER).read_text().split(":"))
+        except (OSError, ValueError):
+            continue
+        if netns.process_start_time(pid) == start:
+            continue  # its owner still runs
+        for proc in _all_pids():
+            try:
+                cmdline = Path(f"/proc/{proc}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(folder).encode() in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc, signal.SIGKILL)
+                    killed.append(proc)
+        shutil.rmtree(folder, ignore_errors=True)
+    return killed
 
 
 def _all_pids() -> list[int]:
