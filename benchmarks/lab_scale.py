@@ -25,6 +25,10 @@ RUSAGE_CHILDREN, divided by the host count: in this lab every host shares this m
 so wall time grows with hosts whatever the tool; tfctl's own CPU per host is what limits a LAN.
 "machine CPU" is everything the machine did meanwhile (/proc/stat, less this script's own
 polling): client, every sshd, agent and task; for pdsh, until all its processes listen.
+With `--baseline`, the hosts hold one version's agent at a time (each replaces the other's
+program file), so an untimed `tfctl runs` installs a version's agent before its first timed
+command: otherwise whichever command follows a switch would pay that install (~30 ms of CPU per
+host).
 
 Last, what SSH handshakes cost (issue 20: would connections that outlive a command pay?): in
 this process, with this tree's own transport, one command (`true`) on every host over fresh
@@ -237,6 +241,7 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
             down_watched(where, args.grace, run_id, env)
     contenders = ["pdsh", "up-all"] + [f"{kind}{tag}" for tag in envs
                                        for kind in ("up", "up+sync", "up+setup")]
+    installed = list(envs)[-1]  # whose agent the hosts hold: each version replaces the other's
     for rep in range(args.reps):
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
             if name == "pdsh":
@@ -247,6 +252,9 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
                 continue
             tag = name[name.index(" "):] if " " in name else ""
             env = envs[tag]
+            if tag != installed:  # untimed: install this version's agent, as a user's hosts have it
+                timed(tfctl_argv(inv, "runs"), env=env).check("runs")
+                installed = tag
             kind = name.split(" ")[0]
             flags = {"up": ["--no-sync", "--ps-first"], "up-all": ["--no-sync"]}.get(kind, [])
             which = full if kind == "up+setup" else inv
