@@ -290,3 +290,27 @@ def test_up_interrupted_after_sbatch_cancels_the_job(lab: Lab, cluster: SlurmClu
         said = controller.rollback()
     assert said == f"cancelled Slurm job {run_id.removeprefix('slurm-')}"
     no_process_left(cluster, run_id)
+
+
+def test_the_plans_gpu_masks_carry_over(lab: Lab, cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Two GPUs per host (the cluster's nodes have `gres gpu:2`, plain files): the job asks for
+    them and every task gets the mask `tfctl plan` gives it, computed by the script (this Slurm
+    binds no GPU to a step)."""
+    job = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+    inv = write_inventory(lab, job_dir(tmp_path), job, gpus={"h1": 2, "h2": 2},
+                          hosts=["h1", "h2"])
+    plan = json.loads(cli(cluster, inv, "plan", "--json").stdout)
+    masks = {t["name"]: t["cuda_visible_devices"] for t in plan["tasks"]}
+    assert masks["worker:1"] == "1" and masks["worker:2"] == "0" and masks["ps:0"] == ""
+    run_id = submit(cluster, inv)
+    until_running(cluster, inv, len(masks))
+    assert "#SBATCH --gres=gpu:2" in (tmp_path / "shared" / ".tfctl" / "slurm" /
+                                      "lab.sbatch").read_text()
+
+    def given() -> dict[str, str]:
+        return {env["TFCTL_TASK"]: env["CUDA_VISIBLE_DEVICES"]
+                for env in processes_of_run(run_id).values()}
+
+    eventually(lambda: given() == masks)
+    assert cli(cluster, inv, "down").returncode == 0
+    no_process_left(cluster, run_id)

@@ -15,6 +15,7 @@ for and verifies (no step of the job left in `squeue --steps`).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -101,9 +102,12 @@ class SlurmRun:
             result = self.sync(say)
             say(f"{self.host.name}: synced {result.files_transferred} files → {result.dest}")
         wd = shell_path(self.host.workdir)
-        command = (f"mkdir -p {wd}/.tfctl/slurm && cd {wd} && cat > {shlex.quote(name)} && "
-                   f"pwd && sbatch --parsable {shlex.quote(name)}")
-        res = self.transport.run(command, stdin=script, timeout_s=120)
+        # The script travels inside the command (base64), not as its stdin: one exec request,
+        # however the transport feeds stdin (up to the 128 KiB a command line may hold).
+        packed = base64.b64encode(script.encode()).decode()
+        command = (f"mkdir -p {wd}/.tfctl/slurm && cd {wd} && printf %s {packed} | base64 -d "
+                   f"> {shlex.quote(name)} && pwd && sbatch --parsable {shlex.quote(name)}")
+        res = self.transport.run(command, timeout_s=120)
         lines = res.stdout.strip().splitlines()
         if not res.ok or len(lines) < 2 or not lines[-1].split(";")[0].isdigit():
             said = "\n".join(res.stderr.strip().splitlines()[-10:]) or res.tail()

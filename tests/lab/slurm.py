@@ -13,6 +13,8 @@ config_overrides` (a node may claim more CPUs than the machine has), `ProctrackT
 proctrack/linuxproc` and `TaskPlugin=task/none` (no cgroup controllers needed), and a
 `cgroup.conf` with `CgroupPlugin=cgroup/v1` (slurmd refuses to start without one it can load).
 No accounting daemon: `scontrol show job` is the state (kept `MinJobAge` seconds after the end).
+Each node has `gres gpu:2` backed by plain files (gres.conf `File=`): Slurm counts and allocates
+them but binds none (sets no CUDA_VISIBLE_DEVICES), so a job's masks are the script's.
 See https://slurm.schedmd.com/slurm.conf.html.
 """
 
@@ -61,7 +63,8 @@ def _free_port(address: str) -> int:
 class SlurmCluster:
     """`SlurmCluster(lab)` returns once every lab host is an idle node; `close()` ends it all."""
 
-    def __init__(self, lab: Lab, cpus: int = 16, start_timeout_s: float = 60.0) -> None:
+    def __init__(self, lab: Lab, cpus: int = 16, gpus: int = 2,
+                 start_timeout_s: float = 60.0) -> None:
         if not lab.isolated or lab.gateway is None:
             raise RuntimeError("a Slurm lab needs the isolated (network-namespace) lab")
         self.lab = lab
@@ -75,14 +78,14 @@ class SlurmCluster:
         self.nodes = lab.names
         self._procs: list[subprocess.Popen[bytes]] = []
         try:
-            self._start(cpus, start_timeout_s)
+            self._start(cpus, gpus, start_timeout_s)
         except BaseException:
             self.close()
             raise
 
     # ---------------------------------------------------------------- start and stop
 
-    def _start(self, cpus: int, timeout_s: float) -> None:
+    def _start(self, cpus: int, gpus: int, timeout_s: float) -> None:
         d = self.dir
         for sub in ("state", "spool", "munge"):
             (d / sub).mkdir(mode=0o700)
@@ -99,10 +102,18 @@ class SlurmCluster:
         gateway = self.lab.gateway
         assert gateway is not None
         ctld_port = _free_port(gateway)
-        nodes = "\n".join(f"NodeName={h.name} NodeAddr={h.address} CPUs={cpus} State=UNKNOWN"
-                          for h in self.lab.hosts)
+        gres = f" Gres=gpu:{gpus}" if gpus else ""
+        nodes = "\n".join(f"NodeName={h.name} NodeAddr={h.address} CPUs={cpus}{gres} "
+                          "State=UNKNOWN" for h in self.lab.hosts)
+        # GPUs as plain files (`gres.conf` File=): Slurm counts and allocates them, binds none.
+        (d / "gpus").mkdir()
+        for i in range(gpus):
+            (d / "gpus" / f"gpu{i}").touch()
+        (d / "gres.conf").write_text(
+            f"Name=gpu File={d / 'gpus'}/gpu[0-{gpus - 1}]\n" if gpus else "")
         self.conf.write_text(f"""\
 ClusterName=tfctllab
+GresTypes=gpu
 SlurmctldHost={socket.gethostname()}({gateway})
 SlurmctldPort={ctld_port}
 SlurmdPort={_free_port(gateway)}
