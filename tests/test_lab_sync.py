@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -41,3 +42,20 @@ def test_sftp_fallback_copies_changed_files_only(lab, tmp_path: Path) -> None:  
         third = sftp_sync(t, source_dir(inv), dest, files)
         assert third.changed == ("pkg/a.py",)
         assert Path(dest, "pkg", "a.py").read_text() == "a = 2\n"
+
+
+def test_a_command_gets_its_whole_stdin_at_once(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`Transport.run(stdin=...)` over Fabric: 200 kB arrive whole (invoke would feed a stream
+    one byte per 10 ms: over half an hour), and a command that reads none of it still ends."""
+    inv = load_inventory(lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
+                                             {"script": "job.py"}, hosts=["h2"]))
+    text = "".join(f"line {i:06d}\n" for i in range(16_000))  # 192 kB
+    with Fleet(inv) as fleet:
+        t = fleet.transport("h2")
+        target = lab.host("h2").workdir / "piped.txt"
+        got = t.run(f"cat > {shlex.quote(str(target))} && wc -c < {shlex.quote(str(target))}",
+                    stdin=text, timeout_s=60)
+        assert (got.exit_code, got.stdout.strip()) == (0, str(len(text)))
+        assert target.read_text() == text
+        ignored = t.run("exit 3", stdin=text, timeout_s=60)
+        assert ignored.exit_code == 3
