@@ -26,9 +26,10 @@ from tfctl.remote.runs.steps import NoHooks
 pytestmark = [pytest.mark.lab]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm(lab: Lab) -> Iterator[SlurmCluster]:
-    """A real Slurm over the session's lab, started once, stopped with nothing left behind."""
+    """A real Slurm over the session's lab, started once for this module and stopped after it with
+    nothing left behind (the lab tests after this module find its hosts as they were)."""
     why = slurm_missing()
     if why is not None:
         pytest.skip(why)
