@@ -78,7 +78,8 @@ def test_up_and_down_from_the_ui_follow_the_real_state(lab, tmp_path: Path, heal
     try:
         asyncio.run(asyncio.wait_for(scenario(), timeout=240))
     finally:
-        RunController(inv).down(grace_s=1.0)
+        with RunController(inv) as cleaner:  # closed: no idle agent session left on a host
+            cleaner.down(grace_s=1.0)
         controller.close()
 
 
