@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tfctl.remote.connect.transport import Transport, shell_path
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.runs.logs import LogBatch
+from tfctl.remote.runs.logs import LogBatch, whole_lines
 from tfctl.remote.runs.status import RunStatus, TaskStatus, task_from_agent
 
 WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING",
@@ -318,11 +318,7 @@ class SlurmLogFollower:
         return batch
 
     def _split(self, task: str, text: str) -> list[str]:
-        text = self.partial.pop(task, "") + text
-        lines = text.split("\n")
-        if lines and lines[-1] != "":
-            self.partial[task] = lines[-1]
-        return lines[:-1]
+        return whole_lines(self.partial, task, text)
 
 
 def task_words(tasks: Sequence[TaskStatus]) -> str:

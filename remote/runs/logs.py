@@ -47,8 +47,14 @@ class LogFollower:
         return batch
 
     def _split(self, task: str, text: str) -> list[str]:
-        text = self.partial.pop(task, "") + text
-        lines = text.split("\n")
-        if lines and lines[-1] != "":
-            self.partial[task] = lines[-1]
-        return lines[:-1]
+        return whole_lines(self.partial, task, text)
+
+
+def whole_lines(partial: dict[str, str], task: str, text: str) -> list[str]:
+    """The complete lines of `text` after what `partial` held for `task`; an unfinished last line
+    is kept in `partial` until the next chunk ends it (a log read may stop mid-line)."""
+    text = partial.pop(task, "") + text
+    lines = text.split("\n")
+    if lines and lines[-1] != "":
+        partial[task] = lines[-1]
+    return lines[:-1]
