@@ -133,8 +133,13 @@ def same_network_namespace(pid: int) -> bool:
     """
     try:
         return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
-    except OSError:
+    except PermissionError:
         return True  # cannot tell (another user's process): keep the old behaviour
+    except OSError:
+        # Gone, or exiting (its namespaces are released first): on machines sharing /proc, a
+        # task another host is stopping at this moment, which this host must not count as one
+        # of its own that outlived SIGKILL (seen in the 16-host lab, benchmarks/lab_scale.py).
+        return False
 
 
 def group_members(pgids: Iterable[int]) -> dict[int, int]:
