@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.labtools import job_dir, tfctl
+from tests.tmuxpane import Pane
 from tfctl.inventory.load import load_inventory
 from tfctl.inventory.plan import make_plan
 
@@ -129,37 +130,22 @@ def test_the_dashboard_key_opens_a_shell_and_comes_back(lab, inventory: Path) ->
     """`x` in `tfctl ui` in a real terminal: the app suspends, the shell runs in the selected
     task's place (the tasks table has the focus at start: ps:0 on h1) with its environment, and
     after `exit` the dashboard is back."""
-    session = f"tfctl-ssh-{time.monotonic_ns()}"
+    pane = Pane(f"{sys.executable} -m tfctl.tui -i {inventory} ui",
+                env={"HOME": os.environ.get("HOME", "/root")}, name="tfctl-ssh")
 
-    def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                              capture_output=True, text=True).stdout
+    def wait(check: str) -> str:
+        return pane.wait(f"{check!r} on screen", lambda text: check in text)
 
-    def wait(check: str, timeout_s: float = 60) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            text = screen()
-            if check in text:
-                return text
-            time.sleep(0.3)
-        raise AssertionError(f"{check!r} not on screen:\n{screen()}")
-
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
-                    f"{sys.executable} -m tfctl.tui -i {inventory} ui"], check=True,
-                   env={"TERM": "xterm-256color", "PATH": "/usr/bin:/bin", "TZ": "UTC",
-                        "HOME": os.environ.get("HOME", "/root")})
     try:
         wait("Hosts")
         wait(lab.address("h1"))
-        subprocess.run(["tmux", "send-keys", "-t", session, "x"], check=True)
+        pane.keys("x")
         wait("returns to the dashboard")
-        subprocess.run(["tmux", "send-keys", "-t", session,
-                        "echo shell-on-$(basename $(pwd))-${TF_CONFIG:+tf}-$((6*7))", "Enter"],
-                       check=True)
+        pane.keys("echo shell-on-$(basename $(pwd))-${TF_CONFIG:+tf}-$((6*7))", "Enter")
         text = wait("shell-on-work-tf-42")
         assert "tfctl: a shell on h1 for ps:0" in text
-        subprocess.run(["tmux", "send-keys", "-t", session, "exit 3", "Enter"], check=True)
+        pane.keys("exit 3", "Enter")
         wait("ended (exit 3)")
         wait("Hosts")
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        pane.close()

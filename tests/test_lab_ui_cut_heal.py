@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,40 +23,10 @@ import pytest
 from tests.lab.lab import Lab
 from tests.labtools import FOREVER, job_dir, run_id_from, tfctl
 from tests.test_lab_gpu_busy import gpu_lab  # noqa: F401  # the fixture
+from tests.tmuxpane import Pane
 
 pytestmark = [pytest.mark.lab,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
-
-
-class Pane:
-    """`tfctl ui` running in a detached tmux session, read by `capture-pane`."""
-
-    def __init__(self, command: str) -> None:
-        self.session = f"tfctl-cut-{time.monotonic_ns()}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", "160", "-y", "48",
-                        command], check=True,
-                       env={"TERM": "xterm-256color", "PATH": "/usr/bin:/bin", "TZ": "UTC"})
-
-    def text(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.session],
-                              capture_output=True, text=True).stdout
-
-    def wait(self, what: str, check: Callable[[str], bool], timeout_s: float = 60.0,
-             never: Callable[[str], str | None] | None = None) -> str:
-        """Capture until `check` holds; `never` names anything that must not show meanwhile."""
-        deadline = time.monotonic() + timeout_s
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.text()
-            if never is not None and (bad := never(screen)):
-                raise AssertionError(f"{bad}; screen:\n{screen}")
-            if check(screen):
-                return screen
-            time.sleep(0.3)
-        raise AssertionError(f"{what}: not within {timeout_s:g} s; screen:\n{screen}")
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)
 
 
 def lines_with(screen: str, *words: str) -> list[str]:
