@@ -11,6 +11,10 @@ from tests.labtools import tfctl
 
 pytest_plugins = ["tests.lab.fixtures"]
 
+# Commands keep no connections for the next one unless a test asks (tests/test_lab_hold.py):
+# a holder from one test would serve the next test's commands, whose lab may have changed.
+os.environ["TFCTL_PERSIST"] = "0"
+
 
 @pytest.fixture
 def down_after() -> Iterator[list[Path]]:

@@ -160,10 +160,11 @@ class _Sessions:
                 pipe.close()
         return None
 
-    def drain(self) -> list[Pipe]:
+    def drain(self) -> list[tuple[Pipe, int]]:
+        """The idle sessions, each with the answers still owed on it, taken out."""
         with self.lock:
-            pipes, self.idle, self.owed = self.idle, [], {}
-        return pipes
+            pipes, owed, self.idle, self.owed = self.idle, self.owed, [], {}
+        return [(pipe, owed.get(id(pipe), 0)) for pipe in pipes]
 
     def give(self, pipe: Pipe, owed: int = 0) -> None:
         with self.lock:
@@ -192,7 +193,14 @@ def end_sessions(transports: Iterable[Transport], wait_s: float = 2.0) -> None:
     (waited for, up to `wait_s` in all), so that none outlives the command that started it."""
     with _sessions_lock:
         pools = [_sessions[t] for t in transports if t in _sessions]
-    pipes = [pipe for pool in pools for pipe in pool.drain()]
+    pipes = []
+    for pool in pools:
+        for pipe, owed in pool.drain():
+            release = getattr(pipe, "release", None)
+            if release is not None:  # lent by the holder (hold/): it keeps the session
+                release(owed)
+            else:
+                pipes.append(pipe)
     for pipe in pipes:
         pipe.end_input()
     deadline = time.monotonic() + wait_s
@@ -208,7 +216,7 @@ def prestart(transport: Transport) -> None:
     if opener is None or sessions.idle:
         return
     pipe = opener(agent_command(transport.host.python, transport.host.workdir))
-    pipe.send(payload().line)
+    _boot(pipe)
     sessions.give(pipe)
 
 
@@ -251,9 +259,12 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
     ack_timeout_s = timeout_s  # a new session: the interpreter may be slow to start
     if taken is None:
         pipe, owed = opener(command), 0
-        pipe.send(payload().line)
-    else:  # a session already up acknowledges within a round trip, or its link is dead
+        _boot(pipe)
+    else:
         pipe, owed = taken
+    if taken is not None or getattr(pipe, "reused", False):
+        # a session already up (ours, or the holder's) acknowledges within a round trip, or
+        # its link is dead
         options = getattr(transport, "options", None)
         link_s = float(getattr(options, "connect_timeout_s", 5.0))
         ack_timeout_s = link_s if timeout_s is None else min(timeout_s, link_s)
@@ -271,6 +282,13 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
     return _result(transport, answer)
 
 
+def _boot(pipe: Pipe) -> None:
+    """Send a new session the agent's program (`BOOT` reads it first), unless it came booted
+    (a session the holder lent, hold/borrow.py)."""
+    if not getattr(pipe, "booted", False):
+        pipe.send(payload().line)
+
+
 def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | None,
                  ack_timeout_s: float | None) -> bytes:
     noise: list[bytes] = []
@@ -280,8 +298,8 @@ def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | N
         try:
             line = pipe.read_line(wait_s)
         except TimeoutError:
-            if not acked:
-                transport.close()  # the link is dead: the next call connects afresh
+            if not acked:  # the link is dead: the next call connects afresh
+                getattr(transport, "drop_link", transport.close)()
             raise HostUnreachable(transport.host.name, f"no answer within {wait_s:.0f} s "
                                   f"to agent {op}") from None
         if line is None:

@@ -47,7 +47,12 @@ class FleetResult(Generic[T]):
 def _ssh_transport(host: Host, options: SshOptions) -> Transport:
     # Imported on the first connection, not with this module: until then (loading the inventory,
     # listing the sync source) the command does not wait for Fabric's and paramiko's import
-    # (~0.15 s of a fresh process, benchmarks/README.md).
+    # (~0.15 s of a fresh process, benchmarks/README.md); a command that borrows its agent
+    # sessions from a holder (hold/) never imports them.
+    if options.persist_s > 0:
+        from tfctl.remote.connect.hold.borrow import HeldTransport
+
+        return HeldTransport(host, options)
     from tfctl.remote.connect.ssh import SshTransport
 
     return SshTransport(host, options)
@@ -96,10 +101,15 @@ class Fleet:
     def close(self) -> None:
         # Agent sessions first: each agent sees its input end and exits before the connection
         # goes, so nothing tfctl started for itself is left running on a host after it returns.
-        agentclient.end_sessions(list(self._transports.values()))
-        for t in self._transports.values():
+        transports = list(self._transports.values())
+        agentclient.end_sessions(transports)
+        for t in transports:
             t.close()
         self._transports.clear()
+        if self.options.persist_s > 0:  # for the next command: the hosts this one connected to
+            from tfctl.remote.connect.hold.borrow import hold_for_next
+
+            hold_for_next(transports, self.options.persist_s)
 
     def __enter__(self) -> Fleet:
         return self

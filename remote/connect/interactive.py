@@ -75,6 +75,9 @@ def run_session(transport: Transport, line: str, *, stdin: Any = None, stdout: A
                                stderr=stderr)
     from tfctl.remote.connect.ssh import SshTransport
 
+    own = getattr(transport, "own", None)  # a command that keeps connections (hold/borrow.py)
+    if own is not None:
+        transport = own()
     assert isinstance(transport, SshTransport)
     channel = transport.paramiko_transport.open_session(
         timeout=transport.options.connect_timeout_s)

@@ -25,6 +25,9 @@ class SshOptions:
 
     connect_timeout_s: float = 5.0
     accept_new_host_keys: bool = False
+    persist_s: float = 0.0
+    """Keep this command's connections and agent sessions this long after it for the next
+    command (`hold/`, as OpenSSH's ControlPersist); 0: none (the dashboard, the library)."""
 
 
 @dataclass(frozen=True)

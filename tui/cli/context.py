@@ -49,6 +49,8 @@ class Context:
     accept_new_host_keys: bool
     color: bool | None = None
     """--color/--no-color as given, or None; `output.colour_choice` makes the one decision."""
+    persist_s: float = 0.0
+    """--persist: how long the hosts' connections outlive the command (remote/connect/hold)."""
 
     def inventory_file(self) -> str:
         """The inventory to read: the one named, else the nearest `cluster.yaml` up the tree."""
@@ -72,7 +74,7 @@ class Context:
     def ssh_options(self) -> SshOptions:
         from tfctl.remote.connect.transport import SshOptions
 
-        return SshOptions(self.connect_timeout_s, self.accept_new_host_keys)
+        return SshOptions(self.connect_timeout_s, self.accept_new_host_keys, self.persist_s)
 
 
 def obj(ctx: click.Context) -> Context:

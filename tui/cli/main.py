@@ -89,13 +89,18 @@ def _message(exc: Exception) -> str:
               show_default=True, envvar="TFCTL_CONNECT_TIMEOUT", help="SSH connect timeout, s.")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Record host keys not yet in known_hosts (a changed key is always refused).")
+@click.option("--persist", "persist_s", type=click.FloatRange(min=0), default=60.0,
+              show_default=True, envvar="TFCTL_PERSIST", metavar="SECONDS",
+              help="Keep the hosts' connections and agent sessions this long after a command, "
+                   "for the next one (as ssh's ControlPersist); 0: never.")
 @click.option("--color/--no-color", "color", default=None,
               help="Colour the output even when it is not a terminal, or never (default: on a "
                    "terminal, unless NO_COLOR is set).")
 @click.version_option("0.1.0", prog_name="tfctl")
 @click.pass_context
 def main(ctx: click.Context, inventory_path: str | None, hostfile: str | None,
-         connect_timeout_s: float, accept_new_host_keys: bool, color: bool | None) -> None:
+         connect_timeout_s: float, accept_new_host_keys: bool, persist_s: float,
+         color: bool | None) -> None:
     """Run distributed TensorFlow on your lab's GPU machines from one inventory file.
 
     The options below are accepted after the subcommand too (`tfctl up -i lab.yaml`).
@@ -107,7 +112,8 @@ def main(ctx: click.Context, inventory_path: str | None, hostfile: str | None,
       tfctl up && tfctl ui            # start the job, watch it
       tfctl down                      # stop exactly what `up` started
     """
-    ctx.obj = Context(inventory_path, hostfile, connect_timeout_s, accept_new_host_keys, color)
+    ctx.obj = Context(inventory_path, hostfile, connect_timeout_s, accept_new_host_keys, color,
+                      persist_s)
     _apply_colour(ctx)
     if ctx.invoked_subcommand is None:
         ctx.invoke(_lazy_command("tfctl.tui.cli.ui", "ui"))

@@ -1,0 +1,267 @@
+"""A command's side of the holder: agent sessions borrowed, everything else its own.
+
+`HeldTransport` is what `Fleet` gives each SSH host when the command keeps connections
+(`SshOptions.persist_s > 0`, the CLI's `--persist`). Its agent sessions (`open_pipe`, what
+`up`, `status` and `down` use) come from the holder when one is running: a frame to a local
+socket and a ready agent, with no handshake, no interpreter start, and no paramiko import in
+the command. Anything else (a shell command, a stream, rsync's relay, a tunnel, `tfctl ssh`)
+and every agent session while no holder answers go over the command's own connection
+(`ssh.SshTransport`), opened on first use as before. On its way out (`hold_for_next`) a
+command that had to connect by itself starts a holder warmed with what it used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from tfctl.inventory.model import Host
+from tfctl.remote.connect.hold.place import (
+    DROP,
+    ERROR,
+    EXITED,
+    FINISH,
+    INPUT_END,
+    LINE,
+    OPEN,
+    READ,
+    READY,
+    RELEASE,
+    SEND,
+    TIMEOUT,
+    error_from,
+    link_fields,
+    recv_frame,
+    send_frame,
+    send_json,
+    socket_path,
+)
+from tfctl.remote.connect.transport import Result, SshOptions
+
+if TYPE_CHECKING:
+    import paramiko
+
+    from tfctl.remote.connect.ssh import SshPipe, SshStream, SshTransport
+
+_HOLDER_SLACK_S = 30.0
+"""How much longer than a read's own timeout the command waits on the holder before it
+counts the holder as gone."""
+_started: list[subprocess.Popen[bytes]] = []
+"""Holders this process started (kept referenced: it does not wait for them)."""
+_path_lock = threading.Lock()
+_path: list[str] = []
+
+
+def _socket() -> str:
+    with _path_lock:
+        if not _path:
+            _path.append(str(socket_path()))
+        return _path[0]
+
+
+def _dial(timeout_s: float) -> socket.socket | None:
+    """A connection to the running holder, or None when none answers."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect(_socket())
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+class HeldPipe:
+    """An agent session lent by the holder (`agentclient.Pipe`), booted: the holder sent the
+    agent its program when it started the session."""
+
+    booted = True
+
+    def __init__(self, sock: socket.socket, reused: bool):
+        self.sock = sock
+        self.reused = reused
+        self.link_lost = False
+        self._ended = False
+
+    @property
+    def alive(self) -> bool:
+        return not self._ended
+
+    def send(self, data: bytes) -> None:
+        try:
+            send_frame(self.sock, SEND, data)
+        except OSError:
+            self._gone()
+
+    def read_line(self, timeout_s: float | None) -> bytes | None:
+        try:
+            self.sock.settimeout(None if timeout_s is None else timeout_s + _HOLDER_SLACK_S)
+            send_json(self.sock, READ, {"timeout_s": timeout_s})
+            kind, data = recv_frame(self.sock)
+        except (OSError, EOFError):
+            self._gone()
+            return None
+        if kind == TIMEOUT:
+            raise TimeoutError
+        if kind == LINE:
+            return data
+        self._ended = True
+        self.link_lost = bool(json.loads(data or b"{}").get("link_lost"))
+        return None
+
+    def end_input(self) -> None:
+        try:
+            send_frame(self.sock, INPUT_END)
+        except OSError:
+            self._gone()
+
+    def finish(self, wait_s: float = 5.0) -> tuple[int | None, str]:
+        try:
+            self.sock.settimeout(wait_s + _HOLDER_SLACK_S)
+            send_json(self.sock, FINISH, {"wait_s": wait_s})
+            kind, data = recv_frame(self.sock)
+        except (OSError, EOFError):
+            self._gone()
+            return None, ""
+        finally:
+            self._ended = True
+        answer = json.loads(data) if kind == EXITED else {}
+        self.link_lost = bool(answer.get("link_lost"))
+        self.close()
+        return answer.get("code"), str(answer.get("rest", ""))
+
+    def release(self, owed: int) -> None:
+        """Hand the session back between two requests (`owed` answers to posted requests still
+        to come, which the holder reads and drops)."""
+        with contextlib.suppress(OSError):
+            send_json(self.sock, RELEASE, {"owed": owed})
+        self.close()
+
+    def close(self) -> None:
+        self._ended = True
+        self.sock.close()
+
+    def _gone(self) -> None:
+        """The holder went away mid-session: for this command, as if the link was lost."""
+        self._ended = True
+        self.link_lost = True
+
+
+class HeldTransport:
+    """A host's transport for a command that keeps its connections (see the module)."""
+
+    def __init__(self, host: Host, options: SshOptions):
+        self.host = host
+        self.options = options
+        self._own: SshTransport | None = None
+        self._lock = threading.Lock()
+        self.connected_for: set[str] = set()
+        """Agent commands this command had to start over its own connection (to warm a
+        holder with)."""
+
+    def own(self) -> SshTransport:
+        """The command's own connection to the host (opened on first use)."""
+        with self._lock:
+            if self._own is None:
+                from tfctl.remote.connect.ssh import SshTransport
+
+                self._own = SshTransport(self.host, self.options)
+            return self._own
+
+    def open_pipe(self, command: str) -> HeldPipe | SshPipe:
+        held = self._borrow(command)
+        if held is not None:
+            return held
+        self.connected_for.add(command)
+        return self.own().open_pipe(command)
+
+    def _borrow(self, command: str) -> HeldPipe | None:
+        sock = _dial(self.options.connect_timeout_s)
+        if sock is None:
+            return None
+        try:
+            sock.settimeout(self.options.connect_timeout_s + _HOLDER_SLACK_S)
+            send_json(sock, OPEN, dict(link_fields(self.host, self.options), command=command))
+            kind, data = recv_frame(sock)
+        except (OSError, EOFError):  # the holder is ending: connect by ourselves
+            sock.close()
+            return None
+        answer = json.loads(data)
+        if kind == ERROR:
+            sock.close()
+            raise error_from(answer["error"])
+        if kind != READY:
+            sock.close()
+            return None
+        return HeldPipe(sock, bool(answer.get("reused")))
+
+    def drop_link(self) -> None:
+        """The host did not answer in time: the next request connects afresh, here and in the
+        holder."""
+        self.close()
+        sock = _dial(1.0)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                send_json(sock, DROP, link_fields(self.host, self.options))
+            sock.close()
+
+    # -- everything else: the command's own connection ---------------------------------------
+    def run(self, command: str, stdin: str | None = None, timeout_s: float | None = None
+            ) -> Result:
+        return self.own().run(command, stdin, timeout_s)
+
+    def stream(self, command: str) -> SshStream:
+        return self.own().stream(command)
+
+    def relay(self, sock: socket.socket, command: str) -> tuple[int | None, str]:
+        return self.own().relay(sock, command)
+
+    @property
+    def paramiko_transport(self) -> paramiko.Transport:
+        return self.own().paramiko_transport
+
+    def close(self) -> None:
+        with self._lock:
+            own, self._own = self._own, None
+        if own is not None:
+            own.close()
+
+
+def hold_for_next(transports: Iterable[Any], persist_s: float) -> None:
+    """Start a holder, warmed with the agent sessions these transports had to open by
+    themselves, unless one is running or there were none (a command that borrowed only)."""
+    warm = list(_warm_entries(transports))
+    if not warm:
+        return
+    running = _dial(1.0)
+    if running is not None:
+        running.close()
+        return
+    path = _socket()
+    folder = os.path.dirname(path)
+    fd, listed = tempfile.mkstemp(prefix="warm-", suffix=".json", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        json.dump(warm, f)
+    log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:  # its own session: a Ctrl-C in this terminal later is not for it
+        _started.append(subprocess.Popen(
+            [sys.executable, "-m", "tfctl.remote.connect.hold.holder", path, str(persist_s),
+             listed], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+            start_new_session=True, close_fds=True))
+    finally:
+        os.close(log)
+
+
+def _warm_entries(transports: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    for t in transports:
+        if isinstance(t, HeldTransport):
+            for command in sorted(t.connected_for):
+                yield dict(link_fields(t.host, t.options), command=command)

@@ -1,0 +1,286 @@
+"""The holder process: `python -m tfctl.remote.connect.hold.holder SOCKET PERSIST_S [WARM]`.
+
+Started in the background by a command on its way out (`borrow.hold_for_next`), in a session
+of its own. It opens the connections and agent sessions listed in the WARM file (the ones that
+command used), then lends a ready session per request to the commands that follow. It exits
+when no command has used it for PERSIST_S seconds, ending its agent sessions (each agent exits
+when its input ends) and closing its connections, so nothing of it outlives that time on a host.
+
+One holder per socket: a lock file taken before the socket is bound, so two commands starting
+one at once leave one. Only the user who started it may talk to it (the folder is 0700 and the
+peer's uid is checked, SO_PEERCRED).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tfctl.remote.agent.wire import ANSWER_MARK
+from tfctl.remote.connect.agentclient import payload
+from tfctl.remote.connect.hold.place import (
+    DROP,
+    ENDED,
+    ERROR,
+    EXITED,
+    FINISH,
+    INPUT_END,
+    LINE,
+    OPEN,
+    READ,
+    READY,
+    RELEASE,
+    SEND,
+    TIMEOUT,
+    error_fields,
+    host_from,
+    link_key,
+    recv_frame,
+    send_frame,
+    send_json,
+)
+from tfctl.remote.connect.ssh import SshPipe, SshTransport
+from tfctl.remote.errors import RemoteError
+
+MAX_IDLE_PER_SESSION_KIND = 4
+"""Idle agent sessions kept per host and command (sshd allows 10 sessions per connection)."""
+_MARK = ANSWER_MARK.encode()
+
+
+class Holder:
+    def __init__(self, persist_s: float) -> None:
+        self.persist_s = persist_s
+        self.links: dict[str, SshTransport] = {}
+        self.idle: dict[tuple[str, str], list[SshPipe]] = {}
+        self.lock = threading.Lock()
+        self.clients = 0
+        self.last_used = time.monotonic()
+
+    # -- connections and sessions -----------------------------------------------------------
+    def link(self, fields: dict[str, Any]) -> SshTransport:
+        key = link_key(fields)
+        with self.lock:
+            found = self.links.get(key)
+            if found is None:
+                host, options = host_from(fields)
+                found = self.links[key] = SshTransport(host, options)
+            return found
+
+    def session(self, fields: dict[str, Any], command: str) -> tuple[SshPipe, bool]:
+        """An idle agent session for (host, command), else a new one, booted: (pipe, reused)."""
+        with self.lock:
+            pool = self.idle.get((link_key(fields), command), [])
+            while pool:
+                pipe = pool.pop()
+                if pipe.alive:
+                    return pipe, True
+                pipe.close()
+        pipe = self.link(fields).open_pipe(command)
+        pipe.send(payload().line)
+        return pipe, False
+
+    def give_back(self, fields: dict[str, Any], command: str, pipe: SshPipe, owed: int) -> None:
+        """A session a command is done with, idle again once the answers to its posted requests
+        are read (and dropped); closed when they do not come or the pool is full."""
+        try:
+            for _ in range(owed):
+                while (line := pipe.read_line(30.0)) is not None and not line.startswith(_MARK):
+                    pass  # the acknowledgement, or noise before the answer
+        except (TimeoutError, OSError, EOFError):
+            pipe.close()
+            return
+        with self.lock:
+            pool = self.idle.setdefault((link_key(fields), command), [])
+            if pipe.alive and len(pool) < MAX_IDLE_PER_SESSION_KIND:
+                pool.append(pipe)
+                return
+        pipe.close()
+
+    def drop(self, fields: dict[str, Any]) -> None:
+        """A command found the host's link dead: its sessions and connection go."""
+        key = link_key(fields)
+        with self.lock:
+            link = self.links.pop(key, None)
+            pipes = [p for (k, _), pool in self.idle.items() if k == key for p in pool]
+            for k in [k for k in self.idle if k[0] == key]:
+                del self.idle[k]
+        for pipe in pipes:
+            pipe.close()
+        if link is not None:
+            link.close()
+
+    def warm(self, entries: list[dict[str, Any]]) -> None:
+        """Open what the command that started this holder used (errors are for a later command
+        to meet and report)."""
+        def one(entry: dict[str, Any]) -> None:
+            with contextlib.suppress(RemoteError, OSError, EOFError):
+                pipe, _ = self.session(entry, entry["command"])
+                self.give_back(entry, entry["command"], pipe, 0)
+
+        if entries:
+            with ThreadPoolExecutor(max_workers=min(32, len(entries))) as pool:
+                list(pool.map(one, entries))
+
+    def close(self) -> None:
+        """End every agent session (its input ends: the agent exits) and every connection."""
+        with self.lock:
+            pipes = [p for pool in self.idle.values() for p in pool]
+            links = list(self.links.values())
+            self.idle, self.links = {}, {}
+        for pipe in pipes:
+            pipe.end_input()
+        deadline = time.monotonic() + 2.0
+        for pipe in pipes:
+            pipe.finish(max(0.0, deadline - time.monotonic()))
+        for link in links:
+            link.close()
+
+    # -- one command's session --------------------------------------------------------------
+    def serve(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.clients += 1
+        try:
+            self._serve(conn)
+        except (EOFError, OSError, ValueError):
+            pass  # the command went (Ctrl-C, exit): what it held was closed in _serve
+        finally:
+            conn.close()
+            with self.lock:
+                self.clients -= 1
+                self.last_used = time.monotonic()
+
+    def _serve(self, conn: socket.socket) -> None:
+        kind, data = recv_frame(conn)
+        asked = json.loads(data)
+        if kind == DROP:
+            self.drop(asked)
+            return
+        if kind != OPEN:
+            return
+        try:
+            pipe, reused = self.session(asked, asked["command"])
+        except RemoteError as exc:
+            send_json(conn, ERROR, {"error": error_fields(exc)})
+            return
+        live: SshPipe | None = pipe
+        try:
+            send_json(conn, READY, {"reused": reused})
+            while live is not None:
+                kind, data = recv_frame(conn)
+                if kind == SEND:
+                    live.send(data)
+                elif kind == READ:
+                    _answer_read(conn, live, json.loads(data)["timeout_s"])
+                elif kind == INPUT_END:
+                    live.end_input()
+                elif kind == FINISH:
+                    code, rest = live.finish(json.loads(data)["wait_s"])
+                    send_json(conn, EXITED, {"code": code, "rest": rest,
+                                             "link_lost": live.link_lost})
+                    live = None
+                elif kind == RELEASE:
+                    given, live = live, None
+                    self.give_back(asked, asked["command"], given, json.loads(data)["owed"])
+        finally:
+            if live is not None:  # the command went without handing it back: mid-request
+                live.close()
+
+    # -- the process --------------------------------------------------------------------------
+    def idle_for(self) -> float:
+        with self.lock:
+            return 0.0 if self.clients else time.monotonic() - self.last_used
+
+
+def _answer_read(conn: socket.socket, pipe: SshPipe, timeout_s: float | None) -> None:
+    try:
+        line = pipe.read_line(timeout_s)
+    except TimeoutError:
+        send_frame(conn, TIMEOUT)
+        return
+    except (OSError, EOFError):
+        line = None
+    if line is None:
+        send_json(conn, ENDED, {"link_lost": pipe.link_lost})
+    else:
+        send_frame(conn, LINE, line)
+
+
+def _peer_is_us(conn: socket.socket) -> bool:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def _listen(path: str) -> tuple[socket.socket, int] | None:
+    """The socket bound at `path` and the lock that makes this the only holder; None when
+    another holder has the lock (it is starting or running)."""
+    lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a holder that died left it: nobody answers there (we hold the lock)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        server.bind(path)
+    finally:
+        os.umask(old)
+    server.listen(64)
+    return server, lock
+
+
+def main(argv: list[str]) -> int:
+    path, persist_s = argv[0], float(argv[1])
+    warm: list[dict[str, Any]] = []
+    if len(argv) > 2:
+        with contextlib.suppress(OSError, ValueError):
+            with open(argv[2]) as f:
+                warm = json.load(f)
+            os.unlink(argv[2])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    listening = _listen(path)
+    if listening is None:
+        return 0
+    server, _lock = listening
+    holder = Holder(persist_s)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=holder.warm, args=(warm,), daemon=True).start()
+    threading.Thread(target=_accept, args=(server, holder), daemon=True).start()
+    while not stop.wait(0.5) and holder.idle_for() < persist_s:
+        pass
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # new commands connect by themselves from here on
+    server.close()
+    holder.close()
+    return 0
+
+
+def _accept(server: socket.socket, holder: Holder) -> None:
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return  # closed: the holder is ending
+        if not _peer_is_us(conn):
+            conn.close()
+            continue
+        threading.Thread(target=holder.serve, args=(conn,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

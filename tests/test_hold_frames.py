@@ -1,0 +1,81 @@
+"""The holder's frames and keys (remote/connect/hold/place.py), apart from any socket's owner."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tfctl.inventory.model import Host
+from tfctl.remote.connect.hold import place
+from tfctl.remote.connect.transport import SshOptions
+from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
+
+
+def _host(**changed: object) -> Host:
+    fields: dict[str, object] = dict(name="h1", address="10.0.0.1", user="me", port=22,
+                                     identity_file="/k", known_hosts="/kh", jump=None,
+                                     workdir="~/w", python="python3", env={}, gpus=(0,), ps=1)
+    fields.update(changed)
+    return Host(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("payload", [b"", b"x", b"\x00\n" * 40000])
+def test_a_frame_arrives_whole(payload: bytes) -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        place.send_frame(a, place.SEND, payload)
+        place.send_json(a, place.READ, {"timeout_s": None})
+        assert place.recv_frame(b) == (place.SEND, payload)
+        assert place.recv_frame(b) == (place.READ, b'{"timeout_s": null}')
+
+
+def test_a_closed_peer_is_eof_not_a_short_frame() -> None:
+    a, b = socket.socketpair()
+    with b:
+        a.sendall(place.SEND + b"\x00\x00\x00\x05abc")  # 3 of 5 bytes, then gone
+        a.close()
+        with pytest.raises(EOFError):
+            place.recv_frame(b)
+
+
+def test_links_are_kept_under_ssh_settings_and_key_policy_only() -> None:
+    key = place.link_key(place.link_fields(_host(), SshOptions()))
+    # Tasks, workdir and interpreter are not the connection's; the persist time is not either.
+    assert key == place.link_key(place.link_fields(_host(workdir="/x", gpus=(), ps=0),
+                                                   SshOptions(persist_s=9)))
+    for other in (place.link_fields(_host(port=2222), SshOptions()),
+                  place.link_fields(_host(known_hosts="/other"), SshOptions()),
+                  place.link_fields(_host(jump="bastion"), SshOptions()),
+                  place.link_fields(_host(), SshOptions(accept_new_host_keys=True))):
+        assert place.link_key(other) != key
+
+
+def test_the_holder_opens_the_host_the_command_named() -> None:
+    host, options = place.host_from(place.link_fields(_host(), SshOptions(3.0, True, 60)))
+    assert (host.name, host.address, host.user, host.port, host.identity_file,
+            host.known_hosts, host.jump) == ("h1", "10.0.0.1", "me", 22, "/k", "/kh", None)
+    assert options == SshOptions(3.0, True, 60)
+
+
+@pytest.mark.parametrize("error", [
+    HostUnreachable("h1", "no answer within 5 s", "tail"),
+    HostKeyRefused("h1", "host key of 10.0.0.1 changed"),
+    AuthRefused("h1", "key refused"),
+    RemoteError("h1", "agent failed", "detail", kind="agent"),
+])
+def test_an_error_the_holder_met_is_the_same_error_in_the_command(error: RemoteError) -> None:
+    again = place.error_from(place.error_fields(error))
+    assert type(again) is type(error)
+    assert (again.host, again.what, again.detail, again.kind) == \
+        (error.host, error.what, error.detail, error.kind)
+
+
+def test_the_socket_folder_is_the_users_alone(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = place.socket_path()
+    assert path.parent == tmp_path / "tfctl" and path.suffix == ".sock"
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert place.socket_path().parent == tmp_path / "cache" / "tfctl" / "hold"
