@@ -155,3 +155,32 @@ def ssh_options(key: Path, known_hosts: Path, user: str) -> list[str]:
             "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}",
             "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
             "-o", "LogLevel=ERROR"]
+
+
+def holder_cpu_s(runtime: str) -> float:
+    """CPU (user+sys) so far of the connection holders whose socket is under `runtime`: a
+    command that borrows from one makes it work, so its CPU counts as the command's."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if b"hold.holder" not in argv or runtime.encode() not in argv:
+                continue
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def stop_holders(runtime: str) -> None:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"hold.holder" in argv and runtime.encode() in argv:
+                os.kill(int(entry), 15)

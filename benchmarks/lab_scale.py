@@ -16,6 +16,11 @@ rotating order:
   up-all     `tfctl up --no-sync`: every task in one launch, then verified;
   up+setup   the full `up`: no-change sync, a cached `job.setup` (one `true`, its input the
              job's script), all checks, every task at once and verified;
+  pdsh-cm    the same pdsh over OpenSSH's kept connections (ControlMaster, ControlPersist),
+             warmed first: no handshakes, as tfctl's holder gives;
+each `up` kind twice: with no holder (`--persist 0`) and as a user has it by default, a holder
+(remote/connect/hold) kept by the previous command lending its agent sessions ("held"; the
+holder's CPU meanwhile is counted as the command's);
 after each `up` but up-all and up+setup: `tfctl status` (P5) and `tfctl down --grace G` (P6:
 every process of the run must be gone when it returns, and it must return within G + 1 s). Last,
 P6 again with tasks that ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
@@ -39,6 +44,7 @@ connection and agent session, then the session again).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import secrets
@@ -55,6 +61,7 @@ from pathlib import Path
 from _common import (
     PYTHON,
     Timed,
+    holder_cpu_s,
     kill_tagged,
     light_job_dir,
     machine_busy_s,
@@ -63,6 +70,7 @@ from _common import (
     pids_with_env,
     ratio,
     ssh_options,
+    stop_holders,
     tfctl_argv,
     timed,
     wait_until,
@@ -93,6 +101,17 @@ class Samples:
         self.wall_s.append(t.wall_s)
         self.cpu_s.append(t.cpu_s)
         self.machine_s.append(t.machine_cpu_s)
+
+
+def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
+    """`timed`, plus the holder's CPU meanwhile where the command borrows from one."""
+    runtime = (env or {}).get("XDG_RUNTIME_DIR") if (env or {}).get("TFCTL_PERSIST") != "0" \
+        else None
+    before = holder_cpu_s(runtime) if runtime else 0.0
+    t = timed(argv, env=env)
+    if runtime:
+        t = dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
+    return t
 
 
 def pdsh_command(python: str, tag: str) -> str:
@@ -180,7 +199,7 @@ def down_watched(inv: Path, grace: float, run_id: str,
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    down = timed(tfctl_argv(inv, "down", "--grace", str(grace)), env=env)
+    down = timed_tfctl(tfctl_argv(inv, "down", "--grace", str(grace)), env)
     if down.returncode != 0:
         for pid in re.findall(r"\d+", " ".join(re.findall(r"pids \[([^\]]*)\]", down.stderr))):
             print(f"left: pid {pid}: {describe(int(pid))}")
@@ -204,7 +223,9 @@ def main() -> int:
     if shutil.which("pdsh") is None:
         raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab:
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab, \
+            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
+        args.runtime = runtime  # the holder's socket and ssh's control sockets: short paths
         job = light_job_dir(Path(tmp))
         (job / "stubborn.py").write_text(STUBBORN)
         fields = {h: {"cpu_workers": 2} for h in lab.names}
@@ -215,7 +236,8 @@ def main() -> int:
         full = lab.write_inventory(job / "full.yaml", dict(spec, setup=["true"],
                                                            setup_inputs=["job.py"]),
                                    host_fields=fields, name="full")
-        first_sync = timed(tfctl_argv(inv, "sync")).check("first sync")  # installs the agent
+        first_sync = timed(tfctl_argv(inv, "sync"), env=dict(os.environ, TFCTL_PERSIST="0")
+                           ).check("first sync")  # installs the agent
         print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
               f"{len(TASKS)} processes per host; python {PYTHON}"
               + (f"; before = {args.baseline}" if args.baseline else ""))
@@ -223,6 +245,7 @@ def main() -> int:
         samples["first_sync"].add(first_sync)
         report(samples, args)
         handshakes(inv, args.reps)
+        stop_holders(runtime)  # ssh's control masters end with the lab's sshds
     return 0
 
 
@@ -230,41 +253,56 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
             ) -> dict[str, Samples]:
     pdsh_env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=shlex.join(
         ssh_options(lab.key, lab.known_hosts, lab.user)[2:]))  # -l is pdsh's own option
+    # pdsh over OpenSSH's kept connections (ControlPersist), warmed by an untimed first call:
+    # against `tfctl up` borrowing the holder's, both sides without handshakes.
+    muxed_env = dict(pdsh_env, PDSH_SSH_ARGS_APPEND=pdsh_env["PDSH_SSH_ARGS_APPEND"] + " " +
+                     shlex.join(["-o", "ControlMaster=auto", "-o", "ControlPersist=120",
+                                 "-o", f"ControlPath={args.runtime}/cm-%C"]))
+    timed(["pdsh", "-f", "32", "-R", "ssh", "-l", lab.user, "-w", ",".join(
+        h.address for h in lab.hosts), "true"], env=muxed_env).check("pdsh warm-up")
     hosts = ",".join(h.address for h in lab.hosts)
     s: dict[str, Samples] = defaultdict(Samples)
-    envs: dict[str, dict[str, str] | None] = {"": None}
+    # "": this tree with no holder (--persist 0); " (held)": this tree as a user has it
+    # (the default --persist 60), the previous command's holder lending its sessions.
+    envs: dict[str, dict[str, str] | None] = {
+        "": dict(os.environ, TFCTL_PERSIST="0"),
+        " (held)": dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=args.runtime)}
     if args.baseline:
-        envs[" (before)"] = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
+        envs[" (before)"] = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()),
+                                 TFCTL_PERSIST="0")
     for env in envs.values():  # warm-up, not counted (the first also runs the setup)
         for where in (inv, full):
             run_id = run_id_of(timed(tfctl_argv(where, "up"), env=env).check("up").stdout)
             down_watched(where, args.grace, run_id, env)
-    contenders = ["pdsh", "up-all"] + [f"{kind}{tag}" for tag in envs
-                                       for kind in ("up", "up+sync", "up+setup")]
-    installed = list(envs)[-1]  # whose agent the hosts hold: each version replaces the other's
+    contenders = ["pdsh", "pdsh-cm", "up-all"] + [f"{kind}{tag}" for tag in envs
+                                                  for kind in ("up", "up+sync", "up+setup")]
+    installed = "before" if args.baseline else "this"  # whose agent the hosts hold
     for rep in range(args.reps):
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
-            if name == "pdsh":
-                launched, listening, machine = pdsh_once(lab, pdsh_env, hosts)
-                s["pdsh"].add(launched)
-                s["pdsh+listen"].wall_s.append(listening)
-                s["pdsh+listen"].machine_s.append(machine)
+            if name.startswith("pdsh"):
+                muxed = name == "pdsh-cm"
+                launched, listening, machine = pdsh_once(lab, muxed_env if muxed else pdsh_env,
+                                                         hosts)
+                s[name].add(launched)
+                s[f"{name}+listen"].wall_s.append(listening)
+                s[f"{name}+listen"].machine_s.append(machine)
                 continue
             tag = name[name.index(" "):] if " " in name else ""
             env = envs[tag]
-            if tag != installed:  # untimed: install this version's agent, as a user's hosts have it
+            tree = "before" if tag == " (before)" else "this"
+            if tree != installed:  # untimed: this version's agent installed, as hosts have it
                 timed(tfctl_argv(inv, "runs"), env=env).check("runs")
-                installed = tag
+                installed = tree
             kind = name.split(" ")[0]
             flags = {"up": ["--no-sync", "--ps-first"], "up-all": ["--no-sync"]}.get(kind, [])
             which = full if kind == "up+setup" else inv
-            up = timed(tfctl_argv(which, "up", *flags), env=env)
+            up = timed_tfctl(tfctl_argv(which, "up", *flags), env)
             s[name].add(up.check(name))
             run_id = run_id_of(up.stdout)
             if kind in ("up-all", "up+setup"):  # for `up` alone; its status and down are alike
                 down_watched(which, args.grace, run_id, env)
                 continue
-            s["status" + tag].add(timed(tfctl_argv(inv, "status"), env=env).check("status"))
+            s["status" + tag].add(timed_tfctl(tfctl_argv(inv, "status"), env).check("status"))
             started = time.time()
             down, gone_at = down_watched(inv, args.grace, run_id, env)
             s["down" + tag].add(down)
@@ -272,11 +310,12 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
         print(f"  rep {rep + 1}: " + ", ".join(f"{k} {s[k].wall_s[-1]:.2f} s"
                                                for k in contenders), flush=True)
     for _ in range(max(1, args.reps // 2)):
-        run_id = run_id_of(timed(tfctl_argv(stubborn, "up", "--no-sync")).check("up").stdout)
+        run_id = run_id_of(timed(tfctl_argv(stubborn, "up", "--no-sync"), env=envs[""])
+                           .check("up").stdout)
         for old in lab.dir.glob("*/work/term-*.log"):
             old.unlink()
         started = time.time()
-        down, gone_at = down_watched(stubborn, args.grace, run_id)
+        down, gone_at = down_watched(stubborn, args.grace, run_id, envs[""])
         terms = [float(line) for log in lab.dir.glob("*/work/term-*.log")
                  for line in log.read_text().split()]
         s["down_stubborn"].add(down)
@@ -293,8 +332,10 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
           "processes:")
     print(f"{'what':<36}{'wall s':>8}{'CPU s':>8}{'CPU/host s':>12}{'machine CPU s':>15}")
     rows = [("pdsh -f 32 (launch only)", "pdsh"),
-            ("pdsh, until all ports listen", "pdsh+listen")]
-    for tag in ("", " (before)"):
+            ("pdsh, until all ports listen", "pdsh+listen"),
+            ("pdsh, ControlPersist, launch only", "pdsh-cm"),
+            ("pdsh, ControlPersist, until listening", "pdsh-cm+listen")]
+    for tag in ("", " (held)", " (before)"):
         rows += [("tfctl up --no-sync --all-at-once", "up-all")] if not tag else []
         rows += [(f"tfctl up --no-sync --ps-first{tag}", f"up{tag}"),
                  (f"tfctl up, no-change sync{tag}", f"up+sync{tag}"),
@@ -305,19 +346,21 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
              ("first tfctl sync (agent + files)", "first_sync")]
     for label, key in rows:
         machine = f"{busy[key]:>15.2f}" if key in busy else ""
-        if key == "pdsh+listen":
+        if key.endswith("+listen"):
             print(f"{label:<36}{m[key][0]:>8.2f}{'':>20}{machine}")
         elif key in m:
             wall, cpu = m[key]
             print(f"{label:<36}{wall:>8.2f}{cpu:>8.2f}{cpu / hosts:>12.3f}{machine}")
     pdsh, listen = m["pdsh"][0], m["pdsh+listen"][0]
-    for tag in [t for t in ("", " (before)") if f"up{tag}" in m]:
+    muxed = m["pdsh-cm+listen"][0]
+    for tag in [t for t in ("", " (held)", " (before)") if f"up{tag}" in m]:
         up, synced = m[f"up{tag}"], m[f"up+sync{tag}"]
         whole = m[f"up+setup{tag}"]
         print(f"P1{tag} GOAL full up (no-change sync, cached setup, all checks, until every "
               f"task listens) ÷ pdsh until its processes listen: {ratio(whole[0], listen)} "
               f"(goal ≤ 1.0); without a setup: {ratio(synced[0], listen)}; --no-sync "
-              f"--ps-first: {ratio(up[0], listen)}")
+              f"--ps-first: {ratio(up[0], listen)}; ÷ pdsh over ControlPersist until "
+              f"listening: {ratio(whole[0], muxed)}")
         print(f"P1{tag} up --no-sync --ps-first ÷ pdsh launch only: {ratio(up[0], pdsh)}; up "
               f"with no-change sync ÷ pdsh launch only: {ratio(synced[0], pdsh)}")
         if not tag:
@@ -329,10 +372,11 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
               f"{busy[f'up{tag}']:.2f} s ÷ pdsh until listening {busy['pdsh+listen']:.2f} s = "
               f"{ratio(busy[f'up{tag}'], busy['pdsh+listen'])}")
         print(f"P5{tag} status: {m[f'status{tag}'][0]:.2f} s (goal ≤ 1 s)")
-    if "up (before)" in m:
-        print("after ÷ before: " + ", ".join(
-            f"{k} {ratio(m[k][0], m[k + ' (before)'][0])}"
-            for k in ("up", "up+sync", "up+setup", "status", "down")))
+    for tag, other in ((" (held)", ""), ("", " (before)"), (" (held)", " (before)")):
+        if f"up{tag}" in m and f"up{other}" in m:
+            print(f"{tag.strip(' ()') or 'no holder'} ÷ {other.strip(' ()') or 'no holder'}: "
+                  + ", ".join(f"{k} {ratio(m[k + tag][0], m[k + other][0])}"
+                              for k in ("up", "up+sync", "up+setup", "status", "down")))
     limit = args.grace + 1
     worst = max(s["after_term"].wall_s)
     print(f"P6 down --grace {args.grace:g}: all processes gone (watched from outside) "

@@ -14,10 +14,12 @@ with `--ps-first` (parameter servers first and until they listen, then the worke
 listen) and without (every task in one launch, then each verified listening),
 each followed by `tfctl down`. With `--baseline DIR` (another version's `tfctl/` tree, as in
 lab_scale.py) a full `tfctl up` (no-change sync, all checks, all at once) of this version and of
-that one are the contenders instead. Importing TensorFlow takes a task seconds of one core, so with
-ps first a job starts in two imports one after the other; all at once, in one, where the cores
-are free: every lab host shares this machine's cores, so with more tasks than cores the imports
-queue for CPU either way (1 host = 2 tasks on this 2-core machine).
+that one are the contenders instead (this one as a user has it: `--persist 60`, each command
+borrowing the previous one's connection holder; that one keeping nothing). Importing TensorFlow
+takes a task seconds of one core, so with ps first a job starts in two imports one after the
+other; all at once, in one, where the cores are free: every lab host shares this machine's
+cores, so with more tasks than cores the imports queue for CPU either way (1 host = 2 tasks on
+this 2-core machine).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, machine_line, median, ratio, tfctl_argv, timed
+from _common import ROOT, machine_line, median, ratio, stop_holders, tfctl_argv, timed
 
 from tests.lab import Lab
 
@@ -46,20 +48,22 @@ def main() -> int:
                         "`up` of it (before) against this one's (after)")
     args = parser.parse_args()
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab:
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab, \
+            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
         job_dir = Path(tmp) / "job"
         job_dir.mkdir()
         for name in ("train.py", "evaluate.py", "digits.py"):
             shutil.copy(EXAMPLES / name, job_dir / name)
         job = {"script": "train.py", "style": "flags", "args": ["--steps=100000", "--log_every=1"]}
         inv = lab.write_inventory(job_dir / "cluster.yaml", job)
-        timed(tfctl_argv(inv, "sync")).check("sync")
+        timed(tfctl_argv(inv, "sync"), env=dict(os.environ, TFCTL_PERSIST="0")).check("sync")
         modes = {"ps first": ["--no-sync", "--ps-first"], "all at once": ["--no-sync"]}
         envs: dict[str, dict[str, str] | None] = {m: None for m in modes}
-        if args.baseline:
+        if args.baseline:  # after: as a user has it, the previous command's holder lending
             modes = {"before": [], "after": []}
-            envs = {"before": dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve())),
-                    "after": None}
+            envs = {"before": dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()),
+                                   TFCTL_PERSIST="0"),
+                    "after": dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=runtime)}
         walls: dict[str, list[float]] = {m: [] for m in modes}
         steps: dict[str, list[float]] = {m: [] for m in modes}
         floor = timed([sys.executable, "-c", "import tensorflow"]).check("import").wall_s
@@ -77,6 +81,7 @@ def main() -> int:
             print(f"  rep {rep + 1}: " + ", ".join(
                 f"{m}: up {walls[m][-1]:.2f} s, first step {steps[m][-1]:.2f} s" for m in modes),
                 flush=True)
+        stop_holders(runtime)
     one, two = modes
     first, together = median(walls[one]), median(walls[two])
     s_first, s_together = median(steps[one]), median(steps[two])

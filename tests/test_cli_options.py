@@ -38,10 +38,14 @@ def plan_name(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 @click.command()
+@click.option("--json-persist", is_flag=True, help="Print only the persist time.")
 @click.pass_context
-def probe(ctx: click.Context) -> None:
+def probe(ctx: click.Context, json_persist: bool) -> None:
     """Prints the shared Context the group and the options after the command made."""
     c = obj(ctx)
+    if json_persist:
+        click.echo(json.dumps(c.ssh_options().persist_s))
+        return
     click.echo(json.dumps([c.inventory_path, c.hostfile, c.connect_timeout_s,
                            c.accept_new_host_keys, c.color]))
 
@@ -49,6 +53,12 @@ def probe(ctx: click.Context) -> None:
 @pytest.fixture
 def probed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(COMMANDS, "probe", (__name__, "probe"))
+
+
+def persist_of(*args: str, env: dict[str, str | None] | None = None) -> float:
+    result = CliRunner().invoke(main, [*args, "--json-persist"], env=env)
+    assert result.exit_code == 0, result.output
+    return float(result.output)
 
 
 def context_of(*args: str, env: dict[str, str] | None = None) -> list[object]:
@@ -90,6 +100,16 @@ def test_every_global_option_overrides_the_shared_context_when_given_after() -> 
         == 4.0
 
 
+@pytest.mark.usefixtures("probed")
+def test_persist_is_a_minute_unless_said_before_after_or_in_the_environment() -> None:
+    assert persist_of("probe", env={"TFCTL_PERSIST": None}) == 60.0
+    assert persist_of("probe", env={"TFCTL_PERSIST": "0"}) == 0.0
+    assert persist_of("--persist", "5", "probe", env={"TFCTL_PERSIST": "0"}) == 5.0
+    assert persist_of("--persist", "5", "probe", "--persist", "0") == 0.0
+    result = CliRunner().invoke(main, ["--persist", "-1", "probe"])
+    assert result.exit_code == 2 and "--persist" in result.output
+
+
 def all_commands() -> list[list[str]]:
     ctx = click.Context(main)
     out = []
@@ -110,7 +130,7 @@ def test_every_command_accepts_the_global_options_and_lists_them(words: list[str
     assert result.exit_code == 0, result.output
     section = result.output.split("Global options (before or after the command):\n", 1)[1]
     for spelling in ("-i, --inventory FILE", "--hostfile FILE", "--connect-timeout",
-                     "--accept-new-host-keys", "--color / --no-color"):
+                     "--accept-new-host-keys", "--persist SECONDS", "--color / --no-color"):
         assert spelling in section
     assert "--help" not in section
 
@@ -127,7 +147,8 @@ def test_a_command_keeps_its_own_spelling_of_a_global_option() -> None:
     assert with_global_options(own) is own  # once per command
     mine = [p for p in own.params if isinstance(p, main_module.GlobalOption)]
     assert [p.opts for p in mine] == [["--inventory"], ["--hostfile"], ["--connect-timeout"],
-                                      ["--accept-new-host-keys"]]  # --color/--no-color: taken
+                                      ["--accept-new-host-keys"], ["--persist"]]
+    # --color/--no-color: taken
     group = click.Group(commands={"own": own})
     group.params = list(main.params)
     group.callback = main.callback
