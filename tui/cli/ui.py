@@ -7,6 +7,7 @@ TensorBoard tunnel come from the controller.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,10 @@ def ui(ctx: click.Context, gpu_refresh_s: float, task_refresh_s: float) -> None:
     from tfctl.remote.runs.controller import RunController
 
     c = obj(ctx)
-    controller = RunController(c.load(), c.ssh_options())
+    # Its own connections for as long as it runs: it needs no holder (remote/connect/hold), and
+    # one would stay, lent out, for the dashboard's whole life.
+    options = dataclasses.replace(c.ssh_options(), persist_s=0.0)
+    controller = RunController(c.load(), options)
     try:
         run_app(controller, gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s)
     finally:
