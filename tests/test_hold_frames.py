@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from tfctl.inventory.model import Host
+from tfctl.remote.connect import openssh
 from tfctl.remote.connect.hold import place
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
@@ -49,6 +50,19 @@ def test_links_are_kept_under_ssh_settings_and_key_policy_only() -> None:
                   place.link_fields(_host(jump="bastion"), SshOptions()),
                   place.link_fields(_host(), SshOptions(accept_new_host_keys=True))):
         assert place.link_key(other) != key
+
+
+def test_an_edited_ssh_config_is_another_connection(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    config = tmp_path / ".ssh" / "config"
+    config.write_text("Host h1\n  HostName 10.0.0.1\n")
+    stamp = openssh.config_stamp()
+    assert openssh.config_stamp() == stamp
+    config.write_text("Host h1\n  HostName 10.0.0.99\n")
+    assert openssh.config_stamp() != stamp
+    fields = place.link_fields(_host(), SshOptions())
+    assert place.link_key(fields) != place.link_key(dict(fields, config="other"))
 
 
 def test_the_holder_opens_the_host_the_command_named() -> None:

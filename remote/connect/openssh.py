@@ -142,6 +142,16 @@ def _config_files(override: str | None) -> tuple[list[str], bool]:
     return seen, volatile
 
 
+def config_stamp() -> str:
+    """The ssh config files as they are now (each one's size and mtime, Include'd ones too):
+    a connection kept by the holder (hold/) is lent only while this is unchanged, so an edited
+    config is read again, as `ssh -G` answers are."""
+    override = _user_config_override()
+    files, volatile = _config_files(override)
+    stamps = [[path, _stamp(path)] for path in files]
+    return hashlib.sha256(json.dumps([override, volatile, stamps]).encode()).hexdigest()[:16]
+
+
 def _stamp(path: str) -> list[int] | None:
     try:
         info = os.stat(path)

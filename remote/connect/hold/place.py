@@ -19,6 +19,7 @@ command → holder                         holder → command
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -97,15 +98,25 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 
 def link_fields(host: Host, options: SshOptions) -> dict[str, Any]:
-    """What the holder needs to open `host` as the command would, as JSON."""
+    """What the holder needs to open `host` as the command would, as JSON, with the state of
+    the ssh config files the connection is resolved from."""
     fields = {k: getattr(host, k) for k in _LINK_FIELDS}
-    return {"host": fields, "options": asdict(options)}
+    return {"host": fields, "options": asdict(options), "config": _config_stamp()}
 
 
 def link_key(fields: dict[str, Any]) -> str:
-    """The key a connection is kept under (`link_fields`, persist time left out)."""
+    """The key a connection is kept under (`link_fields`, persist time left out): another
+    address, user, port, key, known-hosts file, jump host, key policy or an edited ssh config
+    is another connection."""
     options = {k: v for k, v in fields["options"].items() if k != "persist_s"}
-    return json.dumps([fields["host"], options], sort_keys=True)
+    return json.dumps([fields["host"], options, fields.get("config")], sort_keys=True)
+
+
+@functools.cache
+def _config_stamp() -> str:
+    from tfctl.remote.connect.openssh import config_stamp
+
+    return config_stamp()
 
 
 def host_from(fields: dict[str, Any]) -> tuple[Host, SshOptions]:
