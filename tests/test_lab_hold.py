@@ -213,3 +213,19 @@ def test_only_the_holders_user_reaches_its_socket(  # type: ignore[no-untyped-de
                            capture_output=True, text=True, timeout=30)
     assert other.returncode != 0 and "connected" not in other.stdout
     assert "Permission denied" in other.stderr
+
+
+def test_disconnect_closes_the_kept_connections_now(  # type: ignore[no-untyped-def]
+        lab, tmp_path: Path, held: dict[str, str]) -> None:
+    inv = light(lab, tmp_path)
+    runtime = Path(held["XDG_RUNTIME_DIR"])
+    assert "nothing to close" in ok(tfctl(inv, "disconnect", env=held))
+    ok(tfctl(inv, "runs", env=held))
+    [holder] = wait_until(lambda: holders(runtime), "holder")
+    kept = wait_until(one_per_host(lab), "an agent session per host in the holder")
+    said = ok(tfctl(inv, "disconnect", env=held))
+    assert f"closed 3 kept connection(s) and 3 idle agent session(s) (holder pid {holder})" \
+        in said
+    assert holders(runtime) == []  # it returned once the holder had gone
+    wait_until(lambda: not any(agents(lab)[h] & kept[h] for h in lab.names),
+               "its agents gone from the hosts", 10)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from tfctl.remote.connect.hold.place import (
     READY,
     RELEASE,
     SEND,
+    STOP,
     TIMEOUT,
     error_from,
     link_fields,
@@ -258,6 +260,32 @@ def hold_for_next(transports: Iterable[Any], persist_s: float) -> None:
             start_new_session=True, close_fds=True))
     finally:
         os.close(log)
+
+
+def stop_holder(wait_s: float = 5.0) -> dict[str, int] | None:
+    """End the running holder now (`tfctl disconnect`, as `ssh -O exit`): what it held (pid,
+    connections, idle agent sessions), once it has ended its sessions and exited (waited for up
+    to `wait_s`); None when none was running."""
+    sock = _dial(1.0)
+    if sock is None:
+        return None
+    try:
+        sock.settimeout(wait_s)
+        send_json(sock, STOP, {})
+        kind, data = recv_frame(sock)
+    except (OSError, EOFError):
+        return None
+    finally:
+        sock.close()
+    held = {k: int(v) for k, v in (json.loads(data) if kind == READY else {}).items()}
+    deadline = time.monotonic() + wait_s
+    while held.get("pid") and time.monotonic() < deadline:
+        try:
+            os.kill(held["pid"], 0)  # it exits once its sessions have ended
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    return held
 
 
 def _warm_entries(transports: Iterable[Any]) -> Iterator[dict[str, Any]]:

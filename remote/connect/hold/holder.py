@@ -41,6 +41,7 @@ from tfctl.remote.connect.hold.place import (
     READY,
     RELEASE,
     SEND,
+    STOP,
     TIMEOUT,
     error_fields,
     host_from,
@@ -65,6 +66,7 @@ class Holder:
         self.lock = threading.Lock()
         self.clients = 0
         self.last_used = time.monotonic()
+        self.stop = threading.Event()
 
     # -- connections and sessions -----------------------------------------------------------
     def link(self, fields: dict[str, Any]) -> SshTransport:
@@ -165,6 +167,13 @@ class Holder:
         if kind == DROP:
             self.drop(asked)
             return
+        if kind == STOP:
+            with self.lock:
+                held = {"pid": os.getpid(), "links": len(self.links),
+                        "sessions": sum(len(pool) for pool in self.idle.values())}
+            send_json(conn, READY, held)
+            self.stop.set()
+            return
         if kind != OPEN:
             return
         try:
@@ -257,11 +266,10 @@ def main(argv: list[str]) -> int:
         return 0
     server, _lock = listening
     holder = Holder(persist_s)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: holder.stop.set())
     threading.Thread(target=holder.warm, args=(warm,), daemon=True).start()
     threading.Thread(target=_accept, args=(server, holder), daemon=True).start()
-    while not stop.wait(0.5) and holder.idle_for() < persist_s:
+    while not holder.stop.wait(0.5) and holder.idle_for() < persist_s:
         pass
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # new commands connect by themselves from here on

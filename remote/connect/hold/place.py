@@ -15,6 +15,7 @@ command → holder                         holder → command
           posted requests are read and dropped); closing the socket without it ends the
           session on the host
   DROP   {host, options}: the host's link is dead (a request got no answer): close it
+  STOP   {}: end now (`tfctl disconnect`)      READY {pid, links, sessions}
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from tfctl.inventory.model import Host
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
 
-OPEN, SEND, READ, FINISH, INPUT_END, RELEASE, DROP = (b"o", b"s", b"r", b"f", b"i", b"p", b"d")
+OPEN, SEND, READ, FINISH, INPUT_END, RELEASE, DROP, STOP = (
+    b"o", b"s", b"r", b"f", b"i", b"p", b"d", b"x")
 READY, ERROR, LINE, TIMEOUT, ENDED, EXITED = (b"R", b"E", b"L", b"T", b"N", b"X")
 _HEAD = struct.Struct(">cI")
 PROTOCOL = 1
