@@ -229,3 +229,40 @@ def test_disconnect_closes_the_kept_connections_now(  # type: ignore[no-untyped-
     assert holders(runtime) == []  # it returned once the holder had gone
     wait_until(lambda: not any(agents(lab)[h] & kept[h] for h in lab.names),
                "its agents gone from the hosts", 10)
+
+
+def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignore[no-untyped-def]
+        lab, tmp_path: Path, held: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """sshd allows 10 sessions per connection by default: the holder opens at most 8 on one
+    kept connection, and a command asking for more gets its own connection, not an error."""
+    import json
+
+    from tfctl.inventory.load import load_inventory
+    from tfctl.remote.connect import agentclient
+    from tfctl.remote.connect.hold import borrow
+    from tfctl.remote.connect.hold.holder import MAX_SESSIONS_PER_LINK
+    from tfctl.remote.connect.transport import SshOptions
+
+    for key, value in held.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(borrow, "_path", [])  # this test's socket folder
+    inv = light(lab, tmp_path)
+    ok(tfctl(inv, "runs"))
+    wait_until(one_per_host(lab), "an agent session per host in the holder")
+    host = load_inventory(inv).host("h1")
+    t = borrow.HeldTransport(host, SshOptions(persist_s=30))
+    command = agentclient.agent_command(host.python, host.workdir)
+    pipes = [t.open_pipe(command) for _ in range(MAX_SESSIONS_PER_LINK + 1)]
+    try:
+        assert [isinstance(p, borrow.HeldPipe) for p in pipes] == \
+            [True] * MAX_SESSIONS_PER_LINK + [False]
+        for pipe in pipes:  # every one answers
+            agentclient._boot(pipe)
+            pipe.send(json.dumps({"op": "runs", "workdir": host.workdir}).encode() + b"\n")
+            answer = agentclient._read_answer(pipe, t, "runs", 30.0, 30.0)
+            assert b'"ok": true' in answer
+    finally:
+        for pipe in pipes:
+            release = getattr(pipe, "release", None)
+            release(0) if release is not None else pipe.close()
+        t.close()

@@ -29,6 +29,7 @@ from typing import Any
 from tfctl.remote.agent.wire import ANSWER_MARK
 from tfctl.remote.connect.agentclient import payload
 from tfctl.remote.connect.hold.place import (
+    BUSY,
     DROP,
     ENDED,
     ERROR,
@@ -54,7 +55,15 @@ from tfctl.remote.connect.ssh import SshPipe, SshTransport
 from tfctl.remote.errors import RemoteError
 
 MAX_IDLE_PER_SESSION_KIND = 4
-"""Idle agent sessions kept per host and command (sshd allows 10 sessions per connection)."""
+"""Idle agent sessions kept per host and command."""
+MAX_SESSIONS_PER_LINK = 8
+"""Sessions open at once on one kept connection, idle and lent: sshd's MaxSessions is 10 by
+default (sshd_config(5)), and a refused session would cost the connection every other one.
+A command asking beyond it uses a connection of its own."""
+
+
+class Busy(Exception):
+    """The host's kept connection has no room for another session."""
 _MARK = ANSWER_MARK.encode()
 
 
@@ -63,6 +72,8 @@ class Holder:
         self.persist_s = persist_s
         self.links: dict[str, SshTransport] = {}
         self.idle: dict[tuple[str, str], list[SshPipe]] = {}
+        self.opened: dict[str, list[SshPipe]] = {}
+        """link key → the sessions opened on it (pruned of the closed ones when counted)."""
         self.lock = threading.Lock()
         self.clients = 0
         self.last_used = time.monotonic()
@@ -80,14 +91,20 @@ class Holder:
 
     def session(self, fields: dict[str, Any], command: str) -> tuple[SshPipe, bool]:
         """An idle agent session for (host, command), else a new one, booted: (pipe, reused)."""
+        key = link_key(fields)
         with self.lock:
-            pool = self.idle.get((link_key(fields), command), [])
+            pool = self.idle.get((key, command), [])
             while pool:
                 pipe = pool.pop()
                 if pipe.alive:
                     return pipe, True
                 pipe.close()
+            opened = [p for p in self.opened.get(key, []) if not p.channel.closed]
+            if len(opened) >= MAX_SESSIONS_PER_LINK:
+                raise Busy
         pipe = self.link(fields).open_pipe(command)
+        with self.lock:
+            self.opened[key] = [*opened, pipe]
         pipe.send(payload().line)
         return pipe, False
 
@@ -180,6 +197,9 @@ class Holder:
             pipe, reused = self.session(asked, asked["command"])
         except RemoteError as exc:
             send_json(conn, ERROR, {"error": error_fields(exc)})
+            return
+        except Busy:
+            send_json(conn, BUSY, {})
             return
         live: SshPipe | None = pipe
         try:

@@ -6,7 +6,8 @@ frame, so nothing is in flight that the command did not ask for and a session ha
 (`RELEASE`) is exactly between two requests.
 
 command → holder                         holder → command
-  OPEN   {host, options, command}          READY {reused} | ERROR {error}
+  OPEN   {host, options, command}          READY {reused} | ERROR {error} | BUSY (no room:
+                                            the command connects by itself)
   SEND   bytes for the agent's stdin        (nothing)
   READ   {timeout_s}                        LINE bytes | TIMEOUT | ENDED
   FINISH {wait_s}                           EXITED {code, rest}
@@ -37,7 +38,7 @@ from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, Re
 
 OPEN, SEND, READ, FINISH, INPUT_END, RELEASE, DROP, STOP = (
     b"o", b"s", b"r", b"f", b"i", b"p", b"d", b"x")
-READY, ERROR, LINE, TIMEOUT, ENDED, EXITED = (b"R", b"E", b"L", b"T", b"N", b"X")
+READY, ERROR, LINE, TIMEOUT, ENDED, EXITED, BUSY = (b"R", b"E", b"L", b"T", b"N", b"X", b"B")
 _HEAD = struct.Struct(">cI")
 PROTOCOL = 1
 
