@@ -266,3 +266,36 @@ def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignor
             release = getattr(pipe, "release", None)
             release(0) if release is not None else pipe.close()
         t.close()
+
+
+def test_a_host_behind_a_jump_host_is_kept_through_it(  # type: ignore[no-untyped-def]
+        lab, tmp_path: Path, held: dict[str, str]) -> None:
+    """The holder opens what the command would: ~/.ssh/config aliases, ProxyJump followed."""
+    import yaml
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    (home / ".ssh" / "config").write_text(
+        f"Host box1\n  HostName {h1.address}\n  Port {h1.port}\n  User {lab.user}\n"
+        f"  IdentityFile {lab.key}\n"
+        f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {lab.user}\n"
+        f"  IdentityFile {lab.key}\n  ProxyJump box1\n")
+    data = lab.inventory_dict({"script": "job.py", "args": ["--forever"]}, hosts=["h1", "h2"])
+    for entry, alias in zip(data["hosts"], ("box1", "box2"), strict=True):
+        entry["address"] = alias
+        entry.pop("port", None)
+    for key in ("user", "port", "identity_file"):
+        data["defaults"].pop(key)
+    inv = job_dir(tmp_path) / "cluster.yaml"
+    inv.write_text(yaml.safe_dump(data))
+    env = dict(held, HOME=str(home))
+    ok(tfctl(inv, "runs", env=env))
+    kept = wait_until(lambda: (a := agents(lab)) and a["h1"] and a["h2"] and a,
+                      "an agent session on h1 and h2 in the holder")
+    ok(tfctl(inv, "runs", env=env))
+    assert {h: agents(lab)[h] for h in ("h1", "h2")} == {h: kept[h] for h in ("h1", "h2")}
+    if lab.isolated:  # h2's kept session came through h1
+        [pid] = kept["h2"]
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert any(v.startswith(f"SSH_CONNECTION={h1.address} ".encode()) for v in environ)
