@@ -13,7 +13,8 @@ pytest_plugins = ["tests.lab.fixtures"]
 
 # Commands keep no connections for the next one unless a test asks (tests/test_lab_hold.py):
 # a holder from one test would serve the next test's commands, whose lab may have changed.
-os.environ["TFCTL_PERSIST"] = "0"
+# TFCTL_TEST_PERSIST=60 runs the whole suite the way users' commands run by default.
+os.environ["TFCTL_PERSIST"] = os.environ.get("TFCTL_TEST_PERSIST", "0")
 
 
 @pytest.fixture

@@ -92,7 +92,12 @@ def busy_processes(lab: Any) -> dict[str, list[str]]:
 
 
 def wait_hosts_idle(lab: Any, timeout_s: float = 15) -> None:
-    """Sessions take a moment to close after a client exits; then nothing may remain."""
+    """Sessions take a moment to close after a client exits; then nothing may remain. When the
+    suite runs with kept connections (TFCTL_TEST_PERSIST), they are closed first, as a user's
+    `tfctl disconnect` does: the holder's idle agent sessions stay by design until then."""
+    if os.environ.get("TFCTL_PERSIST", "0") != "0":
+        subprocess.run([sys.executable, "-m", "tfctl.tui", "disconnect"], check=True,
+                       capture_output=True, timeout=60)
     deadline = time.monotonic() + timeout_s
     while (busy := busy_processes(lab)) and time.monotonic() < deadline:
         time.sleep(0.1)
