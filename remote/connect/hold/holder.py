@@ -62,18 +62,24 @@ default (sshd_config(5)), and a refused session would cost the connection every 
 A command asking beyond it uses a connection of its own."""
 
 
-class Busy(Exception):
-    """The host's kept connection has no room for another session."""
 _MARK = ANSWER_MARK.encode()
 
 
+class Busy(Exception):
+    """The host's kept connection has no room for another session."""
+
+
 class Holder:
+    """The kept connections (one `SshTransport` per link key) and agent sessions (idle, by link
+    and command), lent to one command at a time; `clients` and `last_used` decide its end."""
+
     def __init__(self, persist_s: float) -> None:
         self.persist_s = persist_s
         self.links: dict[str, SshTransport] = {}
         self.idle: dict[tuple[str, str], list[SshPipe]] = {}
-        self.opened: dict[str, list[SshPipe]] = {}
-        """link key → the sessions opened on it (pruned of the closed ones when counted)."""
+        self.opened: dict[str, list[SshPipe | None]] = {}
+        """link key → the sessions opened on it (pruned of the closed ones when counted; None
+        for one being opened)."""
         self.lock = threading.Lock()
         self.clients = 0
         self.last_used = time.monotonic()
@@ -99,12 +105,18 @@ class Holder:
                 if pipe.alive:
                     return pipe, True
                 pipe.close()
-            opened = [p for p in self.opened.get(key, []) if not p.channel.closed]
+            opened = self.opened.setdefault(key, [])  # one list per link: pruned in place
+            opened[:] = [p for p in opened if p is None or not p.channel.closed]
             if len(opened) >= MAX_SESSIONS_PER_LINK:
                 raise Busy
-        pipe = self.link(fields).open_pipe(command)
+            opened.append(None)  # this one's place, taken while it opens
+        try:
+            pipe = self.link(fields).open_pipe(command)
+        finally:
+            with self.lock:
+                opened.remove(None)
         with self.lock:
-            self.opened[key] = [*opened, pipe]
+            opened.append(pipe)
         pipe.send(payload().line)
         return pipe, False
 
