@@ -7,11 +7,13 @@ load, ratios taken side by side drift much less.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -157,25 +159,9 @@ def ssh_options(key: Path, known_hosts: Path, user: str) -> list[str]:
             "-o", "LogLevel=ERROR"]
 
 
-def holder_cpu_s(runtime: str) -> float:
-    """CPU (user+sys) so far of the connection holders whose socket is under `runtime`: a
-    command that borrows from one makes it work, so its CPU counts as the command's."""
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
-            if b"hold.holder" not in argv or runtime.encode() not in argv:
-                continue
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def stop_holders(runtime: str) -> None:
+def holder_pids(runtime: str) -> list[int]:
+    """The connection holders (remote/connect/hold) whose socket is under `runtime`."""
+    found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -183,4 +169,24 @@ def stop_holders(runtime: str) -> None:
             except OSError:
                 continue
             if b"hold.holder" in argv and runtime.encode() in argv:
-                os.kill(int(entry), 15)
+                found.append(int(entry))
+    return found
+
+
+def holder_cpu_s(runtime: str) -> float:
+    """CPU (user+sys) so far of the holders under `runtime`: a command that borrows from one
+    makes it work, so its CPU counts as the command's."""
+    total = 0.0
+    for pid in holder_pids(runtime):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def stop_holders(runtime: str) -> None:
+    for pid in holder_pids(runtime):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)

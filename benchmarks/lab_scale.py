@@ -47,8 +47,6 @@ import argparse
 import dataclasses
 import os
 import re
-import secrets
-import shlex
 import shutil
 import sys
 import tempfile
@@ -62,19 +60,16 @@ from _common import (
     PYTHON,
     Timed,
     holder_cpu_s,
-    kill_tagged,
     light_job_dir,
-    machine_busy_s,
     machine_line,
     median,
     pids_with_env,
     ratio,
-    ssh_options,
     stop_holders,
     tfctl_argv,
     timed,
-    wait_until,
 )
+from _pdsh import pdsh_envs, pdsh_once
 
 from tests.lab import Lab
 
@@ -112,52 +107,6 @@ def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
     if runtime:
         t = dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
     return t
-
-
-def pdsh_command(python: str, tag: str) -> str:
-    """One detached launch of the light job's 3 processes (flags style, same ports)."""
-    ps = f"x:{PORTS['ps']}"
-    workers = f"x:{PORTS['worker']},x:{PORTS['worker'] + 1}"
-    starts = []
-    for task in TASKS:
-        kind, index = task.split(":")
-        argv = [python, "job.py", "--forever", f"--job_name={kind}", f"--task_index={index}",
-                f"--ps_hosts={ps}", f"--worker_hosts={workers}"]
-        starts.append(f"BENCH_TAG={tag} setsid {shlex.join(argv)} </dev/null >/dev/null 2>&1 &")
-    return 'cd "$HOME/../work" || exit 1; ' + " ".join(starts)
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports listening in the network namespace of `pid` (a lab host's sshd)."""
-    ports = set()
-    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "0A":
-            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def all_listening(lab: Lab) -> bool:
-    wanted = {PORTS["ps"], PORTS["worker"], PORTS["worker"] + 1}
-    return all(wanted <= listening_ports(lab.sshd_pid(h) or 0) for h in lab.names)
-
-
-def pdsh_once(lab: Lab, env: dict[str, str], hosts: str) -> tuple[Timed, float, float]:
-    """pdsh's own time, the time until every process it started listens on its port (what
-    `tfctl up` waits for), and the machine's CPU until then; then every process is killed."""
-    tag = secrets.token_hex(4)
-    argv = ["pdsh", "-f", "32", "-R", "ssh", "-l", lab.user, "-w", hosts,
-            pdsh_command(lab.python, tag)]
-    busy = machine_busy_s()
-    started = time.monotonic()
-    result = timed(argv, env=env).check("pdsh")
-    wait_until(lambda: all_listening(lab), 30, step_s=0.005)
-    listening = time.monotonic() - started
-    machine = machine_busy_s() - busy  # less this process's own polling (machine_busy_s)
-    kill_tagged("BENCH_TAG", tag)
-    wait_until(lambda: not any(listening_ports(lab.sshd_pid(h) or 0) & {PORTS["ps"]}
-                               for h in lab.names), 10)
-    return result, listening, machine
 
 
 def run_id_of(output: str) -> str:
@@ -251,15 +200,7 @@ def main() -> int:
 
 def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Namespace
             ) -> dict[str, Samples]:
-    pdsh_env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=shlex.join(
-        ssh_options(lab.key, lab.known_hosts, lab.user)[2:]))  # -l is pdsh's own option
-    # pdsh over OpenSSH's kept connections (ControlPersist), warmed by an untimed first call:
-    # against `tfctl up` borrowing the holder's, both sides without handshakes.
-    muxed_env = dict(pdsh_env, PDSH_SSH_ARGS_APPEND=pdsh_env["PDSH_SSH_ARGS_APPEND"] + " " +
-                     shlex.join(["-o", "ControlMaster=auto", "-o", "ControlPersist=120",
-                                 "-o", f"ControlPath={args.runtime}/cm-%C"]))
-    timed(["pdsh", "-f", "32", "-R", "ssh", "-l", lab.user, "-w", ",".join(
-        h.address for h in lab.hosts), "true"], env=muxed_env).check("pdsh warm-up")
+    pdsh_env, muxed_env = pdsh_envs(lab, args.runtime)
     hosts = ",".join(h.address for h in lab.hosts)
     s: dict[str, Samples] = defaultdict(Samples)
     # "": this tree with no holder (--persist 0); " (held)": this tree as a user has it
@@ -282,7 +223,7 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
             if name.startswith("pdsh"):
                 muxed = name == "pdsh-cm"
                 launched, listening, machine = pdsh_once(lab, muxed_env if muxed else pdsh_env,
-                                                         hosts)
+                                                         hosts, TASKS, PORTS)
                 s[name].add(launched)
                 s[f"{name}+listen"].wall_s.append(listening)
                 s[f"{name}+listen"].machine_s.append(machine)

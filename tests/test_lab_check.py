@@ -7,9 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.labtools import job_dir, tfctl
+from tests.labtools import aliased_jump_inventory, job_dir, tfctl
 
 pytestmark = pytest.mark.lab
 
@@ -85,22 +84,8 @@ def test_changed_host_key_always_refused(lab, tmp_path: Path, healed) -> None:  
 
 def test_hosts_reached_through_the_users_ssh_config(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Aliases of ~/.ssh/config give address, user, port and key; ProxyJump is followed."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    h1, h2 = lab.host("h1"), lab.host("h2")
-    (home / ".ssh" / "config").write_text(
-        f"Host box1\n  HostName {h1.address}\n  Port {h1.port}\n  User {lab.user}\n"
-        f"  IdentityFile {lab.key}\n"
-        f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {lab.user}\n"
-        f"  IdentityFile {lab.key}\n  ProxyJump box1\n")
-    data = lab.inventory_dict(JOB, hosts=["h1", "h2"])
-    for entry, alias in zip(data["hosts"], ("box1", "box2"), strict=True):
-        entry["address"] = alias
-        entry.pop("port", None)
-    for key in ("user", "port", "identity_file"):
-        data["defaults"].pop(key)
-    inv = job_dir(tmp_path) / "cluster.yaml"
-    inv.write_text(yaml.safe_dump(data))
+    inv, home = aliased_jump_inventory(lab, tmp_path, JOB)
+    h1 = lab.host("h1")
     proc = tfctl(inv, "exec", "--", "sh", "-c", 'echo "from ${SSH_CONNECTION%% *}"',
                  env={"HOME": str(home)})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.labtools import job_dir, processes_of_run, tfctl
+from tests.labtools import aliased_jump_inventory, job_dir, processes_of_run, tfctl
 from tests.test_lab_interrupts import Watched, bound_ports, run_id_said, started_tasks
 
 pytestmark = pytest.mark.lab
@@ -275,24 +275,9 @@ def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignor
 def test_a_host_behind_a_jump_host_is_kept_through_it(  # type: ignore[no-untyped-def]
         lab, tmp_path: Path, held: dict[str, str]) -> None:
     """The holder opens what the command would: ~/.ssh/config aliases, ProxyJump followed."""
-    import yaml
-
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    h1, h2 = lab.host("h1"), lab.host("h2")
-    (home / ".ssh" / "config").write_text(
-        f"Host box1\n  HostName {h1.address}\n  Port {h1.port}\n  User {lab.user}\n"
-        f"  IdentityFile {lab.key}\n"
-        f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {lab.user}\n"
-        f"  IdentityFile {lab.key}\n  ProxyJump box1\n")
-    data = lab.inventory_dict({"script": "job.py", "args": ["--forever"]}, hosts=["h1", "h2"])
-    for entry, alias in zip(data["hosts"], ("box1", "box2"), strict=True):
-        entry["address"] = alias
-        entry.pop("port", None)
-    for key in ("user", "port", "identity_file"):
-        data["defaults"].pop(key)
-    inv = job_dir(tmp_path) / "cluster.yaml"
-    inv.write_text(yaml.safe_dump(data))
+    inv, home = aliased_jump_inventory(lab, tmp_path, {"script": "job.py",
+                                                       "args": ["--forever"]})
+    h1 = lab.host("h1")
     env = dict(held, HOME=str(home))
     ok(tfctl(inv, "runs", env=env))
     kept = wait_until(lambda: (a := agents(lab)) and a["h1"] and a["h2"] and a,

@@ -25,27 +25,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.model import Host
-from tfctl.remote.connect.hold.place import (
-    DROP,
-    ERROR,
-    EXITED,
-    FINISH,
-    INPUT_END,
-    LINE,
-    OPEN,
-    READ,
-    READY,
-    RELEASE,
-    SEND,
-    STOP,
-    TIMEOUT,
-    error_from,
-    link_fields,
-    recv_frame,
-    send_frame,
-    send_json,
-    socket_path,
-)
+from tfctl.remote.connect.hold import place
 from tfctl.remote.connect.transport import Result, SshOptions
 
 if TYPE_CHECKING:
@@ -65,7 +45,7 @@ _path: list[str] = []
 def _socket() -> str:
     with _path_lock:
         if not _path:
-            _path.append(str(socket_path()))
+            _path.append(str(place.socket_path()))
         return _path[0]
 
 
@@ -99,21 +79,21 @@ class HeldPipe:
 
     def send(self, data: bytes) -> None:
         try:
-            send_frame(self.sock, SEND, data)
+            place.send_frame(self.sock, place.SEND, data)
         except OSError:
             self._gone()
 
     def read_line(self, timeout_s: float | None) -> bytes | None:
         try:
             self.sock.settimeout(None if timeout_s is None else timeout_s + _HOLDER_SLACK_S)
-            send_json(self.sock, READ, {"timeout_s": timeout_s})
-            kind, data = recv_frame(self.sock)
+            place.send_json(self.sock, place.READ, {"timeout_s": timeout_s})
+            kind, data = place.recv_frame(self.sock)
         except (OSError, EOFError):
             self._gone()
             return None
-        if kind == TIMEOUT:
+        if kind == place.TIMEOUT:
             raise TimeoutError
-        if kind == LINE:
+        if kind == place.LINE:
             return data
         self._ended = True
         self.link_lost = bool(json.loads(data or b"{}").get("link_lost"))
@@ -121,21 +101,21 @@ class HeldPipe:
 
     def end_input(self) -> None:
         try:
-            send_frame(self.sock, INPUT_END)
+            place.send_frame(self.sock, place.INPUT_END)
         except OSError:
             self._gone()
 
     def finish(self, wait_s: float = 5.0) -> tuple[int | None, str]:
         try:
             self.sock.settimeout(wait_s + _HOLDER_SLACK_S)
-            send_json(self.sock, FINISH, {"wait_s": wait_s})
-            kind, data = recv_frame(self.sock)
+            place.send_json(self.sock, place.FINISH, {"wait_s": wait_s})
+            kind, data = place.recv_frame(self.sock)
         except (OSError, EOFError):
             self._gone()
             return None, ""
         finally:
             self._ended = True
-        answer = json.loads(data) if kind == EXITED else {}
+        answer = json.loads(data) if kind == place.EXITED else {}
         self.link_lost = bool(answer.get("link_lost"))
         self.close()
         return answer.get("code"), str(answer.get("rest", ""))
@@ -144,7 +124,7 @@ class HeldPipe:
         """Hand the session back between two requests (`owed` answers to posted requests still
         to come, which the holder reads and drops)."""
         with contextlib.suppress(OSError):
-            send_json(self.sock, RELEASE, {"owed": owed})
+            place.send_json(self.sock, place.RELEASE, {"owed": owed})
         self.close()
 
     def close(self) -> None:
@@ -191,16 +171,17 @@ class HeldTransport:
             return None
         try:
             sock.settimeout(self.options.connect_timeout_s + _HOLDER_SLACK_S)
-            send_json(sock, OPEN, dict(link_fields(self.host, self.options), command=command))
-            kind, data = recv_frame(sock)
+            asked = dict(place.link_fields(self.host, self.options), command=command)
+            place.send_json(sock, place.OPEN, asked)
+            kind, data = place.recv_frame(sock)
         except (OSError, EOFError):  # the holder is ending: connect by ourselves
             sock.close()
             return None
         answer = json.loads(data)
-        if kind == ERROR:
+        if kind == place.ERROR:
             sock.close()
-            raise error_from(answer["error"])
-        if kind != READY:
+            raise place.error_from(answer["error"])
+        if kind != place.READY:
             sock.close()
             return None
         return HeldPipe(sock, bool(answer.get("reused")))
@@ -212,7 +193,7 @@ class HeldTransport:
         sock = _dial(1.0)
         if sock is not None:
             with contextlib.suppress(OSError):
-                send_json(sock, DROP, link_fields(self.host, self.options))
+                place.send_json(sock, place.DROP, place.link_fields(self.host, self.options))
             sock.close()
 
     # -- everything else: the command's own connection ---------------------------------------
@@ -271,13 +252,13 @@ def stop_holder(wait_s: float = 5.0) -> dict[str, int] | None:
         return None
     try:
         sock.settimeout(wait_s)
-        send_json(sock, STOP, {})
-        kind, data = recv_frame(sock)
+        place.send_json(sock, place.STOP, {})
+        kind, data = place.recv_frame(sock)
     except (OSError, EOFError):
         return None
     finally:
         sock.close()
-    held = {k: int(v) for k, v in (json.loads(data) if kind == READY else {}).items()}
+    held = {k: int(v) for k, v in (json.loads(data) if kind == place.READY else {}).items()}
     deadline = time.monotonic() + wait_s
     while held.get("pid") and time.monotonic() < deadline:
         try:
@@ -292,4 +273,4 @@ def _warm_entries(transports: Iterable[Any]) -> Iterator[dict[str, Any]]:
     for t in transports:
         if isinstance(t, HeldTransport):
             for command in sorted(t.connected_for):
-                yield dict(link_fields(t.host, t.options), command=command)
+                yield dict(place.link_fields(t.host, t.options), command=command)

@@ -28,29 +28,7 @@ from typing import Any
 
 from tfctl.remote.agent.wire import ANSWER_MARK
 from tfctl.remote.connect.agentclient import payload
-from tfctl.remote.connect.hold.place import (
-    BUSY,
-    DROP,
-    ENDED,
-    ERROR,
-    EXITED,
-    FINISH,
-    INPUT_END,
-    LINE,
-    OPEN,
-    READ,
-    READY,
-    RELEASE,
-    SEND,
-    STOP,
-    TIMEOUT,
-    error_fields,
-    host_from,
-    link_key,
-    recv_frame,
-    send_frame,
-    send_json,
-)
+from tfctl.remote.connect.hold import place
 from tfctl.remote.connect.ssh import SshPipe, SshTransport
 from tfctl.remote.errors import RemoteError
 
@@ -87,17 +65,17 @@ class Holder:
 
     # -- connections and sessions -----------------------------------------------------------
     def link(self, fields: dict[str, Any]) -> SshTransport:
-        key = link_key(fields)
+        key = place.link_key(fields)
         with self.lock:
             found = self.links.get(key)
             if found is None:
-                host, options = host_from(fields)
+                host, options = place.host_from(fields)
                 found = self.links[key] = SshTransport(host, options)
             return found
 
     def session(self, fields: dict[str, Any], command: str) -> tuple[SshPipe, bool]:
         """An idle agent session for (host, command), else a new one, booted: (pipe, reused)."""
-        key = link_key(fields)
+        key = place.link_key(fields)
         with self.lock:
             pool = self.idle.get((key, command), [])
             while pool:
@@ -131,7 +109,7 @@ class Holder:
             pipe.close()
             return
         with self.lock:
-            pool = self.idle.setdefault((link_key(fields), command), [])
+            pool = self.idle.setdefault((place.link_key(fields), command), [])
             if pipe.alive and len(pool) < MAX_IDLE_PER_SESSION_KIND:
                 pool.append(pipe)
                 return
@@ -139,7 +117,7 @@ class Holder:
 
     def drop(self, fields: dict[str, Any]) -> None:
         """A command found the host's link dead: its sessions and connection go."""
-        key = link_key(fields)
+        key = place.link_key(fields)
         with self.lock:
             link = self.links.pop(key, None)
             pipes = [p for (k, _), pool in self.idle.items() if k == key for p in pool]
@@ -191,45 +169,45 @@ class Holder:
                 self.last_used = time.monotonic()
 
     def _serve(self, conn: socket.socket) -> None:
-        kind, data = recv_frame(conn)
+        kind, data = place.recv_frame(conn)
         asked = json.loads(data)
-        if kind == DROP:
+        if kind == place.DROP:
             self.drop(asked)
             return
-        if kind == STOP:
+        if kind == place.STOP:
             with self.lock:
                 held = {"pid": os.getpid(), "links": len(self.links),
                         "sessions": sum(len(pool) for pool in self.idle.values())}
-            send_json(conn, READY, held)
+            place.send_json(conn, place.READY, held)
             self.stop.set()
             return
-        if kind != OPEN:
+        if kind != place.OPEN:
             return
         try:
             pipe, reused = self.session(asked, asked["command"])
         except RemoteError as exc:
-            send_json(conn, ERROR, {"error": error_fields(exc)})
+            place.send_json(conn, place.ERROR, {"error": place.error_fields(exc)})
             return
         except Busy:
-            send_json(conn, BUSY, {})
+            place.send_json(conn, place.BUSY, {})
             return
         live: SshPipe | None = pipe
         try:
-            send_json(conn, READY, {"reused": reused})
+            place.send_json(conn, place.READY, {"reused": reused})
             while live is not None:
-                kind, data = recv_frame(conn)
-                if kind == SEND:
+                kind, data = place.recv_frame(conn)
+                if kind == place.SEND:
                     live.send(data)
-                elif kind == READ:
+                elif kind == place.READ:
                     _answer_read(conn, live, json.loads(data)["timeout_s"])
-                elif kind == INPUT_END:
+                elif kind == place.INPUT_END:
                     live.end_input()
-                elif kind == FINISH:
+                elif kind == place.FINISH:
                     code, rest = live.finish(json.loads(data)["wait_s"])
-                    send_json(conn, EXITED, {"code": code, "rest": rest,
+                    place.send_json(conn, place.EXITED, {"code": code, "rest": rest,
                                              "link_lost": live.link_lost})
                     live = None
-                elif kind == RELEASE:
+                elif kind == place.RELEASE:
                     given, live = live, None
                     self.give_back(asked, asked["command"], given, json.loads(data)["owed"])
         finally:
@@ -246,14 +224,14 @@ def _answer_read(conn: socket.socket, pipe: SshPipe, timeout_s: float | None) ->
     try:
         line = pipe.read_line(timeout_s)
     except TimeoutError:
-        send_frame(conn, TIMEOUT)
+        place.send_frame(conn, place.TIMEOUT)
         return
     except (OSError, EOFError):
         line = None
     if line is None:
-        send_json(conn, ENDED, {"link_lost": pipe.link_lost})
+        place.send_json(conn, place.ENDED, {"link_lost": pipe.link_lost})
     else:
-        send_frame(conn, LINE, line)
+        place.send_frame(conn, place.LINE, line)
 
 
 def _peer_is_us(conn: socket.socket) -> bool:
