@@ -64,20 +64,44 @@ class QuickRemote(Remote):
             self.channel.sendall(data)
 
 
+class SharedConfig(fabric.Config):
+    """Fabric's Config, built once and only read after: every connection of every thread
+    reads it at once.
+
+    invoke's Config applies any change to it (`_modify`, `_remove`) by `merge()`, which empties
+    the whole merged dict and fills it again (invoke/config.py); a thread reading it meanwhile
+    (a Connection being built: `self.config.connect_kwargs`) finds no key at all. Here a change
+    is never merged: it raises, naming its key, so none slips in unnoticed (a programming error:
+    invoke's DataProxy has already stored the value in place when it tells the config). A name
+    Fabric sets on a Connection that the Connection does not declare is such a change (the
+    DataProxy stores it into the config), hence the declarations on `HostConnection`."""
+
+    def _modify(self, keypath: tuple[str, ...], key: str, value: Any) -> None:
+        raise TypeError(f"tfctl's Fabric config is shared by every thread and never changed: "
+                        f"{'.'.join((*keypath, key))!r} was set on it (declare it on "
+                        "HostConnection if a Connection sets it)")
+
+    def _remove(self, keypath: tuple[str, ...], key: str) -> None:
+        self._modify(keypath, key, None)
+
+
 @functools.lru_cache(maxsize=1)
 def fabric_config() -> fabric.Config:
     """Defaults only: no ssh config (resolved already) and no ~/.fabric.yaml or /etc/fabric.*,
-    which could otherwise change how tfctl connects behind the inventory's back."""
-    config = fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True)
-    config.runners.remote = QuickRemote
-    return config
+    which could otherwise change how tfctl connects behind the inventory's back. Complete when
+    built (tfctl's runner an override), then read-only (`SharedConfig`)."""
+    return SharedConfig(ssh_config=paramiko.SSHConfig(), lazy=True,
+                        overrides={"runners": {"remote": QuickRemote}})
 
 
 class HostConnection(fabric.Connection):
     """One hop: a Fabric Connection to `target`, verified by tfctl's policy, opened at once."""
 
     # Declared here: invoke's DataProxy (Fabric's Context) would store an attribute it does
-    # not know of into the Connection's config instead.
+    # not know of into the Connection's config instead, the one config every connection shares
+    # (`SharedConfig`). Fabric's own `Connection.__init__` sets `inline_ssh_env`, which
+    # fabric.Connection does not declare (fabric/connection.py).
+    inline_ssh_env: Any = None
     tfctl_target: Any = None
     known: Any = None
     book: Any = None
