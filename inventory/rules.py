@@ -6,9 +6,11 @@ TensorFlow does, and what to write instead; the loader turns the first one into 
 `InventoryError` (exit 2). A warning is a plan that runs but wastes the lab; `make_plan` puts
 the warnings on `Plan.warnings`, which `tfctl plan` prints.
 
-Only a file that names its `strategy` is held to these rules (`custom` to none of them): an old
-file with just `style:` gets the warnings it always got. Where each rule comes from in
-TensorFlow's own source and guides: docs/strategy-rules.md.
+Only a file that names its `strategy` is refused anything (`custom` nothing at all). A warning is
+a trap the plan walks into, whether or not the file says why it is written that way: a file with
+only `style:` gets the warnings of what that style can only mean (flags: the classic
+between-graph strategy; tf_config with parameter servers: ParameterServerStrategy). Where
+each rule comes from in TensorFlow's own source and guides: docs/strategy-rules.md.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ def refusals(plan: Plan) -> list[Finding]:
 
 
 def warnings(plan: Plan) -> tuple[str, ...]:
-    """What runs but wastes the lab; a file without `strategy:` gets what it always got."""
-    strategy = plan.inventory.job.strategy
-    if strategy is None:
-        return _legacy_warnings(plan)
-    return tuple(w for check in _WARNINGS.get(strategy, ()) for w in check(plan))
+    """What runs but fails later or wastes the lab; a file without `strategy:` is judged by what
+    its style implies (`_STYLE_WARNINGS`)."""
+    job = plan.inventory.job
+    checks = _WARNINGS.get(job.strategy, ()) if job.strategy is not None \
+        else _STYLE_WARNINGS.get(job.style, ())
+    return tuple(w for check in checks for w in check(plan))
 
 
 # ---------------------------------------------------------------- refusals
@@ -181,21 +184,27 @@ def ps_checkpoints_need_shared_fs(plan: Plan) -> list[str]:
             "experimental_io_device=<its CPU>)`), as the bundled examples/train.py does."]
 
 
-def _legacy_warnings(plan: Plan) -> tuple[str, ...]:
-    """What a file without `strategy:` was always told (its style cannot say which applies)."""
+def tf_config_parameter_servers(plan: Plan) -> list[str]:
+    """`style: tf_config` without a strategy: with parameter servers it can only be
+    ParameterServerStrategy, which needs its coordinator and then walks into the sharded
+    checkpoint; without any it is MultiWorkerMirroredStrategy or the script's own use."""
     job, hosts = plan.inventory.job, plan.inventory.hosts
-    if job.style != "tf_config" or not any(h.ps for h in hosts):
-        return ()
+    if not any(h.ps for h in hosts):
+        return []
     if not job.chief:
-        return ("style tf_config with parameter servers but no chief: ParameterServerStrategy "
-                "needs `chief: true`; for MultiWorkerMirroredStrategy set `ps: 0` on every host.",)
-    return tuple(ps_checkpoints_need_shared_fs(plan))
+        return ["style tf_config with parameter servers but no chief: ParameterServerStrategy "
+                "needs `chief: true`; for MultiWorkerMirroredStrategy set `ps: 0` on every host."]
+    return ps_checkpoints_need_shared_fs(plan)
 
 
 _WARNINGS: dict[str, tuple[Callable[[Plan], list[str]], ...]] = {
     "parameter_server": (ps_checkpoints_need_shared_fs,),
     "flags": (flags_per_host_idles_gpus, ps_checkpoints_need_shared_fs),
     "mirrored": (mirrored_hosts_train_apart,),
+}
+_STYLE_WARNINGS: dict[str, tuple[Callable[[Plan], list[str]], ...]] = {
+    "flags": _WARNINGS["flags"],  # the flags are only ever read by between-graph code
+    "tf_config": (tf_config_parameter_servers,),
 }
 
 

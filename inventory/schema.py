@@ -151,7 +151,8 @@ class JobSpec(_Strict):
     """`job:`. `strategy` says what the script does with the cluster, and so which of
     TensorFlow's rules the plan enforces; it implies `style` (flags → flags; parameter_server,
     multi_worker_mirrored, custom → tf_config; mirrored → nothing handed over). Old files give
-    only `style` (default tf_config) and are planned exactly as before, without the rules.
+    only `style` (default tf_config) and are planned exactly as before: nothing refused, but
+    warned of the traps their style walks into (rules.py).
     `workers` defaults to per_gpu (per_host for mirrored).
 
     Overrides for a heterogeneous lab: a host's `args` follow `args` for its ps, workers and

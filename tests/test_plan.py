@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tfctl.inventory import make_plan, parse_inventory
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "two-hosts.yaml"
-PS_HOSTS = "192.168.0.80:2222,192.168.0.20:2222"
+PS_HOSTS = "192.168.0.80:2222"
 WORKER_HOSTS = ("192.168.0.80:2223,192.168.0.80:2224,192.168.0.80:2225,192.168.0.80:2226,"
                 "192.168.0.20:2223")
 
@@ -29,14 +32,14 @@ def test_plan_json_gives_classic_host_strings() -> None:
     assert ",".join(data["cluster"]["ps"]) == PS_HOSTS
     assert ",".join(data["cluster"]["worker"]) == WORKER_HOSTS
     names = [t["name"] for t in data["tasks"]]
-    assert names == ["ps:0", "ps:1", *[f"worker:{i}" for i in range(5)], "chief:0",
+    assert names == ["ps:0", *[f"worker:{i}" for i in range(5)], "chief:0",
                      "evaluator:0", "tensorboard:0"]
     assert data["strategy"] == "parameter_server" and data["style"] == "tf_config"
     for t in data["tasks"]:
         assert {"name", "type", "index", "host", "address", "port", "cuda_visible_devices",
                 "env", "cwd", "command"} <= set(t)
     masks = {t["name"]: t["cuda_visible_devices"] for t in data["tasks"]}
-    assert masks == {"ps:0": "", "ps:1": "", "worker:0": "0", "worker:1": "1", "worker:2": "2",
+    assert masks == {"ps:0": "", "worker:0": "0", "worker:1": "1", "worker:2": "2",
                      "worker:3": "3", "worker:4": "0", "chief:0": "", "evaluator:0": "",
                      "tensorboard:0": ""}
 
@@ -44,6 +47,22 @@ def test_plan_json_gives_classic_host_strings() -> None:
 def test_plan_table_prints_host_strings() -> None:
     out = tfctl("-i", str(EXAMPLE), "plan").stdout
     assert f"ps_hosts={PS_HOSTS}" in out and f"worker_hosts={WORKER_HOSTS}" in out
+
+
+def test_the_readme_says_what_its_example_plans_and_the_example_plans_cleanly() -> None:
+    """The README's first command, on the file its inventory block shows: the host strings it
+    states, and no warning (the example a user copies walks into no trap)."""
+    readme = (EXAMPLE.parent.parent / "README.md").read_text()
+    said = readme[readme.index("This file is [`examples/two-hosts.yaml`]"):]
+    ps, workers = (re.search(rf"`{key}=([^`]+)`", said) for key in ("ps_hosts", "worker_hosts"))
+    assert ps is not None and workers is not None
+    out = tfctl("-i", str(EXAMPLE), "plan").stdout
+    assert f"ps_hosts={ps.group(1)}" in out and f"worker_hosts={workers.group(1)}" in out
+    assert "warning" not in out, out
+    assert json.loads(tfctl("-i", str(EXAMPLE), "plan", "--json").stdout)["warnings"] == []
+    block = re.search(r"```yaml\n(name: lab  .*?)```", readme, re.S)
+    assert block is not None  # the README's inventory block shows the same hosts
+    assert yaml.safe_load(block.group(1))["hosts"] == yaml.safe_load(EXAMPLE.read_text())["hosts"]
 
 
 def test_tf_config_env_per_task() -> None:

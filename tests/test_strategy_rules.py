@@ -214,12 +214,41 @@ def test_custom_is_held_to_nothing() -> None:
     assert refusals(plan) == [] and plan.warnings == ()
 
 
-def test_a_file_without_strategy_gets_exactly_the_old_warnings() -> None:
-    (w,) = warnings_of(TITAN_GTX, "style: tf_config")
-    assert w.startswith("style tf_config with parameter servers but no chief")
-    assert warnings_of(TITAN_GTX, "style: flags\nworkers: per_host") == ()
-    assert warnings_of(TITAN_GTX + "- name: cpubox\n", "chief: true\nworkers: per_host")[0] \
-        .startswith("parameter servers on 3 host(s)")
+THREE_PS = """
+- {name: h1, gpus: 0}
+- {name: h2, gpus: 0}
+- {name: h3, gpus: 0}
+"""
+
+
+@pytest.mark.parametrize(("hosts", "job", "starts"), [
+    # A ps on each of 3 hosts under the classic flags: the sharded checkpoint fails at the first
+    # save, whether the file says `style: flags` or `strategy: flags`.
+    (THREE_PS, "style: flags", ["parameter servers on 3 host(s) (h1, h2, h3)"]),
+    (THREE_PS, "strategy: flags", ["parameter servers on 3 host(s) (h1, h2, h3)"]),
+    (THREE_PS.replace("h2, gpus: 0", "h2, gpus: 0, ps: 0").replace("h3, gpus: 0",
+                                                                   "h3, gpus: 0, ps: 0"),
+     "style: flags", []),  # one ps, beside worker 0: nothing to merge across hosts
+    (TITAN_GTX, "style: flags\nworkers: per_host",
+     ["worker:0 on titan gets GPUs 0,1,2,3", "parameter servers on 2 host(s)"]),
+    (TITAN_GTX, "style: tf_config", ["style tf_config with parameter servers but no chief"]),
+    (TITAN_GTX, "style: tf_config\nchief: true", ["parameter servers on 2 host(s)"]),
+    (TITAN_GTX + "- name: cpubox\n", "chief: true\nworkers: per_host",
+     ["parameter servers on 3 host(s)"]),
+    (TITAN_GTX.replace("gpus: 4", "gpus: 4\n  ps: 0").replace("gpus: [0]", "gpus: [0]\n  ps: 0"),
+     "style: tf_config", []),  # no ps: MultiWorkerMirrored or the script's own
+])
+def test_a_file_without_strategy_is_warned_of_the_traps_its_style_walks_into(
+        hosts: str, job: str, starts: list[str]) -> None:
+    found = warnings_of(hosts, job)
+    assert len(found) == len(starts), found
+    for warning, start in zip(found, starts, strict=True):
+        assert warning.startswith(start), warning
+
+
+def test_a_file_without_strategy_is_refused_nothing() -> None:
+    text = yaml_text("- {name: a, gpus: 1, ps: 0}\n- {name: b, gpus: 1, ps: 0}", "style: flags")
+    assert refusals(make_plan(parse_inventory(text))) == []  # strategy flags refuses it
 
 
 def test_keras_legacy_sets_the_switch_on_every_task() -> None:

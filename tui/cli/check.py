@@ -7,6 +7,7 @@ the sentence), in the inventory's order.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -59,12 +60,12 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         reports = run_check(fleet, plan)
     failed = sum(not report.ok for report in reports)
     if as_json:
-        print_json({"ok": not failed, "warnings": [EXPOSURE_WARNING], "hosts": [
+        print_json({"ok": not failed, "warnings": [*plan.warnings, EXPOSURE_WARNING], "hosts": [
             {"host": r.host, "ok": r.ok,
              "findings": [{"level": f.level, "text": f.text} for f in r.findings]}
             for r in reports]})
     else:
-        _print_reports(reports, verbose)
+        _print_reports(reports, verbose, plan.warnings)
     if failed:
         secho(f"{failed} of {len(reports)} hosts failed the check", err=True, fg="red")
         sys.exit(EXIT_FAILED)
@@ -72,7 +73,7 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         secho(f"all {len(reports)} hosts ready", fg="green")
 
 
-def _print_reports(reports: list[HostReport], verbose: bool) -> None:
+def _print_reports(reports: list[HostReport], verbose: bool, warnings: Sequence[str]) -> None:
     for report in reports:
         status = "ok" if report.ok else "FAILED"
         secho(f"{report.host}: {status}", fg="green" if report.ok else "red", bold=True)
@@ -81,4 +82,5 @@ def _print_reports(reports: list[HostReport], verbose: bool) -> None:
                 continue
             mark, colour = MARK[f.level]
             echo(f"  {click.style(mark, fg=colour)} {report.host}: {f.text}")
-    echo(f"  {click.style(MARK['warn'][0], fg=MARK['warn'][1])} {EXPOSURE_WARNING}")
+    for text in (*warnings, EXPOSURE_WARNING):  # the plan's (as `tfctl plan` prints them)
+        echo(f"  {click.style(MARK['warn'][0], fg=MARK['warn'][1])} {text}")
