@@ -39,7 +39,7 @@ from tfctl.remote.agent.run import (
     task_file,
     write_json,
 )
-from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses
+from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses, watcher_silences
 from tfctl.remote.agent.sync import put_files, sync_diff
 from tfctl.remote.agent.tfprobe import tf_probe
 from tfctl.remote.agent.wait import wait_until_up
@@ -155,7 +155,8 @@ def op_status(req: dict[str, Any], seen: dict[str, Any] | None = None) -> dict[s
     return {"run_id": run_id, "run_dir": run_dir, "created_at": manifest.get("created_at"),
             "inventory": manifest.get("inventory"), "hostname": hostname(),
             "finished": read_json(os.path.join(run_dir, "finished.json")),
-            "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks}
+            "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks,
+            "silences": watcher_silences(run_dir)}
 
 
 def op_stop(req: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from tfctl.remote.agent.run import (
 
 ENDED = ("exited", "killed", "stopped", "lost")
 WATCH_PID = "watch.pid.json"  # the run's watcher (watch.py) records its pid here
+SILENCE_FILE = "silence.json"  # and here the tasks whose ports it cannot hear from
 WATCHER_EXIT_S = 3.0
 
 
@@ -284,6 +285,15 @@ def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
         if not os.path.exists(path):
             write_json(path, {"exit_code": None, "signal": None, "ended_at": now(),
                               "error": "supervisor killed by tfctl stop"})
+
+
+def watcher_silences(run_dir: str) -> list[dict[str, Any]]:
+    """The tasks the run's watcher cannot hear from now, with since when (`watch.py`); none once
+    the watcher is gone, whose last record may be stale."""
+    record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
+    if not same_process(record.get("pid"), record.get("start_ticks")):
+        return []
+    return list((read_json(os.path.join(run_dir, SILENCE_FILE)) or {}).get("silences") or [])
 
 
 def end_watcher(run_dir: str) -> None:

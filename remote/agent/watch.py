@@ -13,6 +13,16 @@ backoff plus TensorFlow's start) after the watcher saw it accept one, or after `
 task of the run had started (`up.json`, written by the status read that ends `up`; a job may end
 before the watcher's first look), or once `up` would have given up waiting for it.
 
+A refusal and silence are told apart (`probe_port`): a refusal (ECONNREFUSED, the peer's host
+answered the connect with a reset) says the task is gone; silence (a timeout, no route, host or
+network unreachable) says only that this host cannot see the peer: a cut link, a switch
+rebooting, a peer host powered off. TensorFlow's own connections wait through such an outage, so
+silence never counts toward "closed for good": the tasks here keep running while the watcher
+records the silence in `silence.json` (which the status operation reports) and in
+`events.jsonl`. Only silence that outlasts the job's `silence_window_s` (default
+`SILENCE_WINDOW_S`) ends this host's part, as the job's end would, with the silence as its cause:
+a host cut off for good does not keep its parameter servers forever.
+
 When the job has ended the watcher stops this host's serving tasks (parameter servers, and the
 workers of a ParameterServer job, which only serve), gives the other workers and the evaluator
 `WORKER_GRACE_S` to finish on their own, stops TensorBoard after its grace unless it is kept,
@@ -23,12 +33,15 @@ run is left on the host. It also exits when every task of the host has ended oth
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import os
 import signal
 import time
 from typing import Any
 
+from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail
 from tfctl.remote.agent.run import (
@@ -39,10 +52,12 @@ from tfctl.remote.agent.run import (
     task_file,
     write_json,
 )
-from tfctl.remote.agent.state import WATCH_PID, stop_tasks
+from tfctl.remote.agent.state import SILENCE_FILE, WATCH_PID, stop_tasks
 
 WATCH_TICK_S = 1.0
 CLOSED_FOR_GOOD_S = 20.0
+SILENCE_WINDOW_S = 600.0
+PROBE_TIMEOUT_S = 1.0
 WORKER_GRACE_S = 60.0
 STOP_GRACE_S = 5.0
 UP_MARK = "up.json"
@@ -54,8 +69,8 @@ def start_watcher(run_dir: str, run_id: str) -> int | None:
     if not manifest.get("end"):
         return None  # a run launched by an older client: its client applies the end
     record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
-    if same_process(record.get("pid"), record.get("start_ticks")):
-        return int(record["pid"])
+    if not from_other_boot(record) and same_process(record.get("pid"), record.get("start_ticks")):
+        return int(record["pid"])  # (a watcher of an earlier boot ended with it: start one)
     log = os.path.join(run_dir, "watch.log")
     return fork_detached(functools.partial(watch_run, run_dir, run_id), log)
 
@@ -68,7 +83,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
         pass  # only cosmetic
     me = os.getpid()
     signal.signal(signal.SIGTERM, _stop_watching)
-    write_json(os.path.join(run_dir, WATCH_PID), {"pid": me, "start_ticks": start_ticks(me)})
+    write_json(os.path.join(run_dir, WATCH_PID), dict(boot_record(), pid=me,
+                                                      start_ticks=start_ticks(me)))
     manifest = load_manifest(run_dir)
     local = [t["name"] for t in manifest.get("tasks", [])]
     recorder, events = GpuRecorder(run_dir, run_id), EventLog(run_dir, local)
@@ -89,6 +105,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
         events.tick()
         speed.tick()
         recorder.stop()
+        clear_silence(run_dir)
     return 0
 
 
@@ -106,13 +123,15 @@ def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
                     speed: ThroughputTail) -> str | None:
     """Why the job ended, or None when this host's tasks all ended otherwise (`tfctl down`)."""
     judge = EndJudge(manifest["end"], manifest.get("host"), time.time())
+    said = SilenceRecord(run_dir, events)
     while True:
         events.tick()
         recorder.tick()
         speed.tick()
         ended = local_ends(run_dir, local)
         judge.was_up = judge.was_up or os.path.exists(os.path.join(run_dir, UP_MARK))
-        cause = judge.verdict(ended, time.time(), port_accepts)
+        cause = judge.verdict(ended, time.time(), probe_port)
+        said.update(judge.silences())
         finished = read_json(os.path.join(run_dir, "finished.json"))
         if finished is not None and (finished.get("status") or {}).get("state") != "finished":
             return None  # rolled back (`aborted`) or stopped by a client: nothing to apply
@@ -141,18 +160,41 @@ def local_ends(run_dir: str, names: list[str]) -> dict[str, dict[str, Any]]:
     return ends
 
 
-def port_accepts(address: str, port: int) -> bool:
+OPEN, REFUSED, SILENT = "open", "refused", "silent"
+
+
+def connect_outcome(exc: OSError) -> str:
+    """What a failed connect says about the peer: `refused` when its host answered with a reset
+    (ECONNREFUSED: nothing listens there, the task has ended), else `silent` (a timeout, no
+    route, host or network unreachable or down, a name that does not resolve): no answer, which
+    says nothing about the task."""
+    if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED:
+        return REFUSED
+    return SILENT
+
+
+def connect_words(exc: OSError) -> str:
+    """`timed out`, `No route to host`: the failed connect in its own words, short."""
+    if exc.errno is None and "timed out" in str(exc):
+        return "timed out"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def probe_port(address: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str, str]:
+    """`(open|refused|silent, words)` for one TCP connect to the port."""
     import socket
 
     try:
-        socket.create_connection((address, port), timeout=1.0).close()
-    except OSError:
-        return False
-    return True
+        socket.create_connection((address, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return connect_outcome(exc), connect_words(exc)
+    return OPEN, "accepted"
 
 
 class EndJudge:
-    """Decides, from what one host can see, whether the job has ended, and why."""
+    """Decides, from what one host can see, whether the job has ended, and why.
+
+    `probe(address, port)` answers `(open|refused|silent, words)` (`probe_port`)."""
 
     def __init__(self, rule: dict[str, Any], host: str | None, started_s: float) -> None:
         self.mode = rule.get("mode", "any")
@@ -160,36 +202,104 @@ class EndJudge:
         self.deciders = [d for d in rule.get("deciders", [])
                          if d.get("host") == host or d.get("port")]
         self.start_timeout_s = float(rule.get("start_timeout_s", 180.0))
+        self.silence_window_s = float(rule.get("silence_window_s", SILENCE_WINDOW_S))
         self.started_s = started_s
         self.seen_open: set[str] = set()
         self.was_up = False
         self.closed_since: dict[str, float] = {}
+        self.silent_since: dict[str, float] = {}
+        self.silent_words: dict[str, str] = {}
 
     def verdict(self, local_ended: dict[str, dict[str, Any]], now_s: float,
-                accepts: Any) -> str | None:
+                probe: Any) -> str | None:
         if not self.deciders:
             return None
-        done = [self._ended(d, local_ended, now_s, accepts) for d in self.deciders]
-        ended = all(done) if self.mode == "all" else any(done)
+        how = {d["name"]: self._ended(d, local_ended, now_s, probe) for d in self.deciders}
+        ended = all(how.values()) if self.mode == "all" else any(how.values())
         if not ended:
             return None
-        names = [d["name"] for i, d in enumerate(self.deciders) if done[i]]
-        return f"{', '.join(names)} ended"
+        gone = [name for name, h in how.items() if h == "ended"]
+        silent = [name for name, h in how.items() if h == "silent"]
+        causes = [f"{', '.join(gone)} ended"] if gone else []
+        if silent:
+            causes.append(f"{', '.join(silent)} silent for {self.silence_window_s:g} s "
+                          "(no answer from its port)")
+        return "; ".join(causes)
 
     def _ended(self, decider: dict[str, Any], local_ended: dict[str, dict[str, Any]],
-               now_s: float, accepts: Any) -> bool:
+               now_s: float, probe: Any) -> str | None:
+        """`ended`, `silent` (for longer than the silence window), or None: not ended."""
         name = decider["name"]
         if decider.get("host") == self.host:
-            return name in local_ended
-        if accepts(decider["address"], int(decider["port"])):
+            return "ended" if name in local_ended else None
+        outcome, words = probe(decider["address"], int(decider["port"]))
+        if outcome == OPEN:
             self.seen_open.add(name)
             self.closed_since.pop(name, None)
-            return False
+            self.silent_since.pop(name, None)
+            return None
+        starting = not (name in self.seen_open or self.was_up) and \
+            now_s - self.started_s < self.start_timeout_s  # `up` is still waiting for it
+        if outcome != REFUSED:  # silence: says nothing of the task, only of the way to it
+            since = self.silent_since.setdefault(name, now_s)
+            self.silent_words[name] = words
+            if starting or now_s - since < self.silence_window_s:
+                return None
+            return "silent"
+        self.silent_since.pop(name, None)
         since = self.closed_since.setdefault(name, now_s)
-        if not (name in self.seen_open or self.was_up) and \
-                now_s - self.started_s < self.start_timeout_s:
-            return False  # not up yet, as far as we know: `up` is still waiting for it
-        return now_s - since >= float(decider.get("closed_for_good_s", CLOSED_FOR_GOOD_S))
+        if starting:
+            return None
+        limit = float(decider.get("closed_for_good_s", CLOSED_FOR_GOOD_S))
+        return "ended" if now_s - since >= limit else None
+
+    def silences(self) -> dict[str, dict[str, Any]]:
+        """Each decider this host cannot hear from now: where it is, since when, and why."""
+        out = {}
+        for decider in self.deciders:
+            name = decider["name"]
+            if name in self.silent_since:
+                out[name] = {"task": name, "host": decider.get("host"),
+                             "address": decider.get("address"), "port": decider.get("port"),
+                             "since": self.silent_since[name],
+                             "why": self.silent_words.get(name, ""),
+                             "window_s": self.silence_window_s}
+        return out
+
+
+class SilenceRecord:
+    """The watcher's silences as the status operation reads them (`silence.json`, present only
+    while some decider is silent) and as history (`silence`/`heard` events)."""
+
+    def __init__(self, run_dir: str, events: EventLog) -> None:
+        self.path = os.path.join(run_dir, SILENCE_FILE)
+        self.events = events
+        self.said: dict[str, dict[str, Any]] = {}
+        clear_silence(run_dir)
+
+    def update(self, silences: dict[str, dict[str, Any]]) -> None:
+        if {n: s["since"] for n, s in silences.items()} == \
+                {n: s["since"] for n, s in self.said.items()}:
+            return
+        for name, silence in silences.items():
+            if name not in self.said or self.said[name]["since"] != silence["since"]:
+                self.events.write({"event": "silence", "peer": name, "since": silence["since"],
+                                   "why": silence["why"]})
+        for name, silence in self.said.items():
+            if name not in silences:
+                self.events.write({"event": "heard", "peer": name,
+                                   "silent_s": round(time.time() - silence["since"], 1)})
+        self.said = dict(silences)
+        if silences:
+            write_json(self.path, {"silences": sorted(silences.values(),
+                                                      key=lambda s: str(s["task"]))})
+        else:
+            clear_silence(os.path.dirname(self.path))
+
+
+def clear_silence(run_dir: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, SILENCE_FILE))
 
 
 def decider_exit_code(run_dir: str, manifest: dict[str, Any]) -> int | None:
