@@ -331,6 +331,7 @@ class _Resolver:
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
             task_args=strategy.task_args(j), task_env=strategy.task_env(j),
             outputs=self._outputs(j), keras=j.keras, throughput=self._patterns(j),
+            silence_window_s=j.silence_window,
         )
 
     def _patterns(self, j: schema.JobSpec) -> tuple[str, ...]:

@@ -143,6 +143,9 @@ class Job:
     outputs: tuple[str, ...] = ("out",)
     """Folders the job writes, relative to the workdir: made on every host before launch,
     brought home by `tfctl collect` (default: the TensorBoard logdir, else `out`)."""
+    silence_window_s: float = 600.0
+    """How long a host whose link to the chief is silent (no answer, not a refusal) keeps its
+    tasks running before it ends its part of the job (`job.silence_window`)."""
 
 
 @dataclass(frozen=True)

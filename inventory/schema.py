@@ -182,6 +182,9 @@ class JobSpec(_Strict):
     throughput: list[Annotated[str, StringConstraints(min_length=1)]] = []
     outputs: list[Annotated[str, StringConstraints(pattern=r"^[^\x00]+$")]] | None = None
     restart: RestartSpec = RestartSpec()
+    # Seconds a host keeps its tasks running while it cannot reach the task whose end is the
+    # job's (its port silent: a cut link, a switch rebooting); past it the host ends its part.
+    silence_window: float = Field(default=600.0, ge=1, le=7 * 24 * 3600)
     task_args: TaskArgsSpec = TaskArgsSpec()
     task_env: TaskEnvSpec = TaskEnvSpec()
 

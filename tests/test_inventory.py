@@ -78,6 +78,8 @@ def test_address_defaults_to_name() -> None:
         ("- a\n- b\n", 1, "", "not a mapping"),
         ("", None, "", "empty"),
         (GOOD.replace("hosts:\n", "hosts: []\nfoo:\n"), 6, "foo", "unknown key"),
+        (GOOD + "  silence_window: 0\n", 15, "job.silence_window", "greater than or equal to 1"),
+        (GOOD + "  silence_window: soon\n", 15, "job.silence_window", "number"),
     ],
 )
 def test_each_mistake_is_located(text: str, line: int | None, key: str, words: str) -> None:
@@ -87,6 +89,15 @@ def test_each_mistake_is_located(text: str, line: int | None, key: str, words: s
     assert e.key_path == key or not key, str(e)
     assert words in str(e), str(e)
     assert str(e).startswith("c.yaml:"), str(e)
+
+
+def test_silence_window_reaches_every_host_s_end_rule() -> None:
+    from tfctl.inventory.plan import make_plan
+    from tfctl.remote.runs.endrule import end_rule
+
+    assert parse_inventory(GOOD, "c.yaml").job.silence_window_s == 600.0  # minutes: an outage
+    inv = parse_inventory(GOOD + "  silence_window: 90\n", "c.yaml")
+    assert end_rule(make_plan(inv), 180.0)["silence_window_s"] == 90.0
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@ when a client looks. TensorFlow's own rules decide it (docs/strategy-rules.md):
 - the flags style: worker 0 is the chief in practice (it initialises and saves);
 - otherwise (MultiWorkerMirrored without a chief, mirrored, custom): every worker has ended.
 
+Only a refusal on a remote decider's port counts toward its end; silence (no answer) ends a
+host's part only once it has lasted `job.silence_window` (`silence_window_s`).
+
 What serves and never ends by itself is stopped at the end: parameter servers, and the workers
 of a job with parameter servers and a chief (ParameterServerStrategy's workers only run
 `server.join()`); the other workers and the evaluator get a grace to end by themselves.
@@ -65,6 +68,7 @@ def end_rule(plan: Plan, start_timeout_s: float) -> dict[str, Any]:
                       "closed_for_good_s": closed_for_good_s(plan, t)} for t in tasks],
         "serving": serving_types(plan),
         "start_timeout_s": start_timeout_s,
+        "silence_window_s": plan.inventory.job.silence_window_s,
         "tensorboard": {
             "keep": tensorboard.keep if tensorboard else False,
             "grace_s": tensorboard.grace_s if tensorboard else TENSORBOARD_GRACE_S,
