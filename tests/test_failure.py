@@ -103,3 +103,74 @@ def test_a_graph_execution_error_is_named_by_its_cause_below_the_node_frames() -
     assert "NOT_FOUND" in failure.headline and "No such file or directory" in failure.headline
     assert tail[6] in failure.lines
     assert failure.hint is not None and "every ps and the chief see" in failure.hint
+
+
+# Keras 2 code run under Keras 3, each tail as TensorFlow 2.21 with Keras 3 prints it (recorded
+# by running the line named in the comment; the MultiWorkerMirrored one on two local workers).
+PER_REPLICA_TAIL = """\
+Traceback (most recent call last):
+  File "/tmp/k3/m.py", line 11, in <module>
+    model.fit(ds,epochs=1,steps_per_epoch=3, verbose=0)
+  File "/srv/venv/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+  File "/srv/venv/lib/python3.11/site-packages/tensorflow/python/framework/constant_op.py", line 108, in convert_to_eager_tensor
+    return ops.EagerTensor(value, ctx.device_name, dtype)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+ValueError: Attempt to convert a value (PerReplica:{
+  0: <tf.Tensor: shape=(4, 4), dtype=float32, numpy=
+array([[0., 0., 0., 0.],
+       [0., 0., 0., 0.]], dtype=float32)>
+}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.
+""".splitlines()  # noqa: E501
+
+
+@pytest.mark.parametrize(("tail", "headline"), [
+    pytest.param(  # tf.keras.metrics.SparseCategoricalAccuracy().reset_states()
+        ["Epoch 1, Loss: 0.42", "Traceback (most recent call last):",
+         '  File "/home/u/lab/main.py", line 97, in <module>',
+         "    train_accuracy.reset_states()",
+         "AttributeError: 'SparseCategoricalAccuracy' object has no attribute 'reset_states'. "
+         "Did you mean: 'reset_state'?"],
+        "AttributeError: 'SparseCategoricalAccuracy'", id="metric-reset_states"),
+    pytest.param(  # tf.keras.optimizers.legacy.Adam(0.01)
+        ["ImportError: `keras.optimizers.legacy` is not supported in Keras 3. When using "
+         "`tf.keras`, to continue using a `tf.keras.optimizers.legacy` optimizer, you can install "
+         "the `tf_keras` package (Keras 2) and set the environment variable "
+         "`TF_USE_LEGACY_KERAS=True` to configure TensorFlow to use `tf_keras` when accessing "
+         "`tf.keras`."], "ImportError: `keras.optimizers.legacy`", id="optimizers.legacy"),
+    pytest.param(  # tf.keras.optimizers.experimental.SGD(0.1)
+        ["AttributeError: module 'keras.optimizers' has no attribute 'experimental'"],
+        "AttributeError: module 'keras.optimizers'", id="optimizers.experimental"),
+    pytest.param(  # tf.keras.utils.experimental.DatasetCreator (the ParameterServer tutorial)
+        ["AttributeError: module 'keras.utils' has no attribute 'experimental'"],
+        "AttributeError: module 'keras.utils'", id="utils.experimental"),
+    pytest.param(  # tf.keras.optimizers.SGD(0.1).get_updates
+        ["AttributeError: 'SGD' object has no attribute 'get_updates'"], "'SGD'",
+        id="get_updates"),
+    pytest.param(  # model.save("out/model") (a SavedModel directory in Keras 2)
+        ["ValueError: Invalid filepath extension for saving. Please add either a `.keras` "
+         "extension for the native Keras format (recommended) or a `.h5` extension. Use "
+         "`model.export(filepath)` if you want to export a SavedModel for use with "
+         "TFLite/TFServing/etc. Received: filepath=out/model."],
+        "Invalid filepath extension", id="save-to-a-directory"),
+    pytest.param(PER_REPLICA_TAIL, "ValueError: Attempt to convert a value (PerReplica:",
+                 id="fit-under-multi-worker-mirrored"),
+])
+def test_keras_2_code_under_keras_3_is_told_to_set_keras_legacy(tail: list[str],
+                                                                headline: str) -> None:
+    failure = explain(tail)
+    assert failure.headline is not None and headline in failure.headline
+    assert failure.hint is not None
+    assert "`job.keras: legacy`" in failure.hint and "tf-keras" in failure.hint
+    assert "`job.setup`" in failure.hint
+
+
+@pytest.mark.parametrize("line", [
+    "AttributeError: 'Model' object has no attribute 'reset_metrics_now'",
+    "AttributeError: module 'mylib.utils' has no attribute 'experimental'",
+    "ValueError: Attempt to convert a value (None) with an unsupported type (<class 'NoneType'>) "
+    "to a Tensor.",
+])
+def test_other_attribute_and_conversion_errors_get_no_keras_hint(line: str) -> None:
+    hint = explain([line]).hint
+    assert hint is None or "keras" not in hint

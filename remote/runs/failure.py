@@ -36,7 +36,25 @@ class Hint:
     advice: str
 
 
+# Keras 2 code under Keras 3 (tf.keras since TensorFlow 2.16), each as Keras 3 words it with
+# TensorFlow 2.21: metrics' `reset_states` and the optimizers' `get_updates` are gone; the
+# `experimental` modules are gone; `optimizers.legacy` raises (keras/src/optimizers/__init__.py,
+# LegacyOptimizerWarning); a directory given to `model.save` is refused (keras/src/saving/
+# saving_api.py); `model.fit` under MultiWorkerMirroredStrategy feeds a PerReplica value to a
+# tensor conversion (keras-team/keras#20585).
+KERAS_2_UNDER_3 = re.compile(
+    r"object has no attribute '(?:reset_states|get_updates)'"
+    r"|module 'keras\.\w+' has no attribute 'experimental'"
+    r"|`keras\.optimizers\.legacy` is not supported in Keras 3"
+    r"|Invalid filepath extension for saving\. Please add either a `\.keras` extension"
+    r"|with an unsupported type \(<class '[\w.]*\bPerReplica'>\) to a Tensor")
+
 HINTS = (
+    Hint(KERAS_2_UNDER_3,
+         "Keras 2 code under Keras 3 (tf.keras is Keras 3 since TensorFlow 2.16): set "
+         "`job.keras: legacy` (every task gets TF_USE_LEGACY_KERAS=1, so tf.keras is Keras 2) "
+         "and install tf_keras on the hosts in `job.setup`, e.g. `pip install --no-deps "
+         "tf-keras~=2.NN` with TensorFlow's own 2.NN (`tfctl check` says where it is missing)"),
     Hint(re.compile(r"_temp\b.*No such file or directory|MergeV2Checkpoints|"
                     r"part-\d+-of-\d+.*not found", re.IGNORECASE),
          "each parameter server writes its checkpoint shard on its own host: use a checkpoint "
