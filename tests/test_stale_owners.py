@@ -80,7 +80,7 @@ def test_the_owner_cache_keeps_the_last_read_of_a_host_that_stops_answering(
     ]
     looked_up: list[dict[str, Any]] = []
     monkeypatch.setattr(owners_module, "read_task_processes",
-                        lambda fleet, run_id, hosts: reads.pop(0))
+                        lambda fleet, run_id, hosts: (*reads.pop(0), ()))
     def process_users(fleet: object, pids: dict[str, Any]) -> dict[str, dict[int, str]]:
         looked_up.append(dict(pids))
         return {}

@@ -143,6 +143,8 @@ class StatusAnswer:
     created_at: float | None = None
     inventory: str | None = None
     hostname: str | None = None
+    silences: tuple[Raw, ...] = ()
+    """What the run's watcher there cannot reach now (agent/watch.py): task, since, why."""
 
 
 def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1,
@@ -154,7 +156,7 @@ def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1,
     a = agentclient.call(t, "status", args)
     return StatusAnswer(a["run_id"], a["run_dir"], tuple(a.get("tasks", ())), a.get("finished"),
                         bool(a.get("live")), a.get("created_at"), a.get("inventory"),
-                        a.get("hostname"))
+                        a.get("hostname"), tuple(a.get("silences") or ()))
 
 
 @dataclass(frozen=True)

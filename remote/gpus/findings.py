@@ -29,6 +29,7 @@ from tfctl.remote.gpus.owners import (
     masks_by_host,
     pids_by_host,
 )
+from tfctl.remote.silence import Silence
 
 WARNING, ERROR = "warning", "error"  # the dashboard's FindingLevel spellings
 ENDED_STATES = ("exited", "killed", "stopped", "lost")
@@ -45,7 +46,8 @@ class Finding:
     task: str | None
     text: str
     kind: str = ""  # idle_gpu | log_stalled | memory_after_down | throttling | stream_stale |
-    #                  stream_error | stream_unreachable | mask_unused | foreign_process
+    #                  stream_error | stream_unreachable | mask_unused | foreign_process |
+    #                  chief_silent
 
     @property
     def gpu(self) -> int | None:
@@ -207,6 +209,13 @@ def stream_findings(snapshots: Mapping[str, HostTelemetry], now: float,
             found.append(Finding(WARNING, host, None, None,
                                  f"{host}: no GPU sample for {age:.0f} s", "stream_stale"))
     return found
+
+
+def silence_findings(silences: Iterable[Silence], wall_now_s: float) -> list[Finding]:
+    """Hosts whose run watcher cannot reach the chief's port (silence, not a refusal): their
+    tasks keep running, up to the job's silence window (`tfctl.remote.silence`)."""
+    return [Finding(WARNING, s.host, None, None, s.words(wall_now_s), "chief_silent")
+            for s in silences]
 
 
 def mask_findings(misses: Iterable[MaskMiss], tasks: Sequence[TaskProcesses],

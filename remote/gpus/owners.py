@@ -25,6 +25,7 @@ from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuSample
+from tfctl.remote.silence import Silence, silences_from
 
 GpuKey = tuple[str, str]
 """(host name, GPU uuid): UUIDs key GPUs because indices can change at boot."""
@@ -234,18 +235,20 @@ def task_from_status(host: str, raw: Mapping[str, Any]) -> TaskProcesses:
 
 
 def read_task_processes(fleet: Fleet, run_id: str, hosts: Sequence[str]
-                        ) -> tuple[tuple[TaskProcesses, ...], dict[str, str]]:
-    """Every task of the run on these hosts (from the agent's `status`), and the hosts that
-    could not be read (host → why)."""
+                        ) -> tuple[tuple[TaskProcesses, ...], dict[str, str], tuple[Silence, ...]]:
+    """Every task of the run on these hosts (from the agent's `status`), the hosts that could
+    not be read (host → why), and those whose watcher cannot reach the chief (`silences`)."""
     answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=1), hosts)
     tasks = [task_from_status(host, raw) for host, answer in answers.succeeded.items()
              for raw in answer.tasks]
-    return tuple(tasks), {host: str(exc) for host, exc in answers.failed.items()}
+    silences = tuple(s for host, answer in answers.succeeded.items()
+                     for s in silences_from(host, answer.silences))
+    return tuple(tasks), {host: str(exc) for host, exc in answers.failed.items()}, silences
 
 
 def task_pids(fleet: Fleet, run_id: str, hosts: Sequence[str]) -> dict[str, dict[int, str]]:
     """host → pid → task name of every live process of the run's tasks on these hosts."""
-    tasks, _ = read_task_processes(fleet, run_id, hosts)
+    tasks, _, _ = read_task_processes(fleet, run_id, hosts)
     return pids_by_host(tasks)
 
 
@@ -284,6 +287,7 @@ class OwnerCache:
         self._lock = threading.Lock()
         self.tasks: tuple[TaskProcesses, ...] = ()  # as read now (hosts that failed: none)
         self.unreachable: dict[str, str] = {}  # hosts whose tasks could not be read → why
+        self.silences: tuple[Silence, ...] = ()  # hosts that cannot reach the chief, as read
         self._users: dict[str, dict[int, str]] = {}
         self._last: dict[str, tuple[TaskProcesses, ...]] = {}  # each host's last good read
         self._run_id: str | None = None
@@ -291,8 +295,9 @@ class OwnerCache:
     def refresh(self, run_id: str | None, hosts: Sequence[str]) -> tuple[TaskProcesses, ...]:
         tasks: tuple[TaskProcesses, ...] = ()
         unreachable: dict[str, str] = {}
+        silences: tuple[Silence, ...] = ()
         if run_id is not None and hosts:
-            tasks, unreachable = read_task_processes(self.fleet, run_id, hosts)
+            tasks, unreachable, silences = read_task_processes(self.fleet, run_id, hosts)
         ours = pids_by_host(tasks)
         foreign = {host: [p.pid for p in snap.processes if p.pid not in ours.get(host, {})]
                    for host, snap in self._snapshots().items() if host not in unreachable}
@@ -303,6 +308,7 @@ class OwnerCache:
                 last[host] = tuple(t for t in tasks if t.host == host)
         with self._lock:
             self.tasks, self.unreachable, self._users = tasks, unreachable, users
+            self.silences = silences
             self._last, self._run_id = last, run_id
         return tasks
 

@@ -14,11 +14,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.gpus.findings import Finding, LogKey, LogMark, all_findings, track_logs
+from tfctl.remote.gpus.findings import (
+    Finding,
+    LogKey,
+    LogMark,
+    all_findings,
+    silence_findings,
+    track_logs,
+)
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.owners import Owner, OwnerCache
 from tfctl.remote.gpus.telemetry import TelemetryHub
 from tfctl.remote.runs.current import CurrentRun
+from tfctl.remote.silence import Silence
 
 OWNER_REFRESH_S = 5.0  # task pids change only when tasks start or stop
 
@@ -77,6 +85,10 @@ class GpuWatch:
                ) -> Mapping[tuple[str, str], Owner]:
         return self.cache.owners(snapshots)
 
+    def silences(self) -> tuple[Silence, ...]:
+        """The hosts whose run watcher cannot reach the chief, as the owners' read found them."""
+        return self.cache.silences
+
     def owner_of(self, host: str, uuid: str) -> str:
         """`worker:3`, `foreign pid 4242 user bob` or `idle`; reads the cache, never blocks."""
         label: str = self.cache.owner_of(host, uuid)
@@ -89,8 +101,9 @@ class GpuWatch:
         now = self.clock() if now is None else now
         if track:
             self.marks = track_logs(self.marks, self.cache.tasks, now)
-        return all_findings(self.hub.snapshots(), self.hub.history, self.cache.tasks,
-                            self.marks, now)
+        found = all_findings(self.hub.snapshots(), self.hub.history, self.cache.tasks,
+                             self.marks, now)
+        return (*found, *silence_findings(self.cache.silences, time.time()))
 
     def __call__(self) -> list[Finding]:
         """The dashboard's findings source: refresh the owners, then every finding."""

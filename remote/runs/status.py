@@ -25,6 +25,7 @@ from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.reach import reach_json, unreachable_words
 from tfctl.remote.runs.failure import explain
+from tfctl.remote.silence import Silence, silences_from
 
 ENDED = ("exited", "killed", "stopped", "lost")
 FATAL_TYPES = ("ps", "chief")
@@ -81,6 +82,8 @@ class RunStatus:
     """A task that is the chief without the name: worker:0 in the flags style."""
     asked_at_s: float | None = None
     """Wall-clock time this read began: an unreachable host has not answered since then."""
+    silences: tuple[Silence, ...] = ()
+    """Hosts whose watcher cannot reach the chief's port now (silence, not a refusal)."""
 
     def unreachable_since(self, host: str) -> float | None:
         if host not in self.unreachable:
@@ -126,13 +129,15 @@ def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAn
     """The run's status from its hosts' answers (a status read's, or `up`'s last round's)."""
     tasks: list[TaskStatus] = []
     finished: Mapping[str, Any] | None = None
+    silences: list[Silence] = []
     for host, answer in answers.items():
         finished = finished or answer.finished
         tasks += [task_from_agent(host, raw) for raw in answer.tasks]
+        silences += silences_from(host, answer.silences)
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
-                     acting_chief_of(style), asked_at)
+                     acting_chief_of(style), asked_at, silences=tuple(silences))
 
 
 def acting_chief_of(style: str) -> str | None:

@@ -52,8 +52,8 @@ def gpus(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
                 snaps, now = watch.snapshots(), watch.clock()
                 found = watch.findings(now, track=False)
                 if as_json:
-                    click.echo(json.dumps(gpu_objects(snaps, watch.owners(snaps), now),
-                                          indent=2))
+                    click.echo(json.dumps(gpu_objects(snaps, watch.owners(snaps), now,
+                                                      watch.silences()), indent=2))
                 else:
                     print_renderable(gpu_table(snaps, watch.owners(snaps), found, now, run_id))
                 if any(s.state(now).value == "error" for s in snaps.values()):
@@ -70,7 +70,8 @@ def gpus(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
                         found = watch.findings(now)  # also tracks log progress
                         owners = watch.owners(snaps)
                         if as_json:  # one JSON list per line, for `jq --seq` and friends
-                            click.echo(json.dumps(gpu_objects(snaps, owners, now)))
+                            click.echo(json.dumps(gpu_objects(snaps, owners, now,
+                                                              watch.silences())))
                         else:
                             live.update(gpu_table(snaps, owners, found, now, run_id), refresh=True)
                         time.sleep(interval)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tfctl.remote.gpus.history import HostTelemetry
     from tfctl.remote.gpus.owners import Owner
     from tfctl.remote.runs.status import RunStatus
+    from tfctl.remote.silence import Silence
     from tfctl.tui.progress import Steps
 
 STATE_STYLE = {"running": "green", "exited": "yellow", "killed": "red", "lost": "red",
@@ -220,6 +221,8 @@ def status_table(st: RunStatus) -> None:
     console().print(table)
     for host in st.unreachable:  # in full below the table, whose columns would cut it short
         secho(f"{host} {st.reach_words(host, time.time())}: its tasks are unknown", fg="red")
+    for silence in st.silences:  # the host answers us, not the chief: its tasks keep running
+        secho(silence.words(time.time()), fg="yellow")
 
 
 def _duration(seconds: float | None) -> str:
@@ -242,12 +245,14 @@ def print_renderable(renderable: RenderableType) -> None:
 
 
 def gpu_objects(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[str, str], Owner],
-                now: float) -> list[dict[str, Any]]:
-    """One JSON object per GPU; a host with none (or failing) gets one object with `uuid` null."""
+                now: float, silences: Sequence[Silence] = ()) -> list[dict[str, Any]]:
+    """One JSON object per GPU; a host with none (or failing) gets one object with `uuid` null.
+    `silences`: the chief's port its host's watcher cannot reach (`tfctl.remote.silence`)."""
     out: list[dict[str, Any]] = []
     for host, snap in snapshots.items():
         head = {"host": host, "state": snap.state(now).value, "error": snap.error,
-                "staleness_s": _round(snap.staleness_s(now)), **snap.reach_json(now, time.time())}
+                "staleness_s": _round(snap.staleness_s(now)), **snap.reach_json(now, time.time()),
+                "silences": [s.to_json(time.time()) for s in silences if s.host == host]}
         if not snap.gpus:
             out.append({**head, "index": None, "uuid": None, "owner": None, "owner_kind": None})
             continue

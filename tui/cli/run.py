@@ -303,7 +303,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
         if as_json:
             click.echo(json.dumps({"run_id": None, "source": None, "job_ended": False,
                                    "exit_code": None, "fatal": None, "stopped": [],
-                                   "unreachable": {}, "tasks": []}, indent=2))
+                                   "unreachable": {}, "silences": [], "tasks": []}, indent=2))
             return
         click.echo("no run yet: start one with `tfctl up`")
         return
@@ -315,6 +315,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "fatal": fatal, "stopped": stopped,
                                "unreachable": dict(st.unreachable),
                                "hosts": st.reach(run.hosts, time.time()),
+                               "silences": [s.to_json(time.time()) for s in st.silences],
                                "tasks": [_task_json(t) for t in st.tasks]}, indent=2))
         return
     click.echo(f"run {st.run_id} (from the {run.source})")
