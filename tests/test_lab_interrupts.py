@@ -1,9 +1,10 @@
-"""Ctrl-C and SIGTERM to `tfctl up` (and `tfctl demo`) at the moments that matter.
+"""Ctrl-C, SIGTERM and a closing terminal (SIGHUP) to `tfctl up` (and Ctrl-C to `tfctl demo`)
+at the moments that matter.
 
 During sync, while the parameter servers start, while the workers start: `up` exits 130, says
 what it cleaned, and nothing is left on any host — no task, no supervisor, no agent, no rsync
 (each lab host's namespace holds only its sshd listener again) and no task port bound. The run
-directories stay, with their logs, marked aborted. `tests/lightjob.py --listen-delay S` makes a
+directories stay, with their logs, marked aborted by which signal. `tests/lightjob.py --listen-delay S` makes a
 task take S seconds before it listens, like a TensorFlow server importing TensorFlow.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.labtools import job_dir, processes_of_run, tfctl
+from tests.tmuxpane import Pane
 
 pytestmark = pytest.mark.lab
 
@@ -142,15 +146,16 @@ def started_tasks(run_id: str | None, kind: str) -> set[str]:
             if env.get("TFCTL_TASK", "").startswith(kind)}
 
 
-def assert_all_cleaned(lab: Any, run_id: str) -> None:
+def assert_all_cleaned(lab: Any, run_id: str, signal_words: str) -> None:
     assert processes_of_run(run_id) == {}
     wait_hosts_idle(lab)
     assert bound_ports(lab, {2222, 2223}) == {}
-    for host in lab.names:  # the run's logs are kept, the run is marked aborted
+    for host in lab.names:  # the run's logs are kept, the run is marked aborted, and why
         run_dir = lab.host(host).workdir / ".tfctl" / "runs" / run_id
         assert list(run_dir.glob("*.log")), f"{host}: no logs kept in {run_dir}"
         finished = json.loads((run_dir / "finished.json").read_text())
-        assert finished["status"] == {"state": "aborted"}
+        assert finished["status"] == {
+            "state": "aborted", "cause": f"interrupted by {signal_words} before it was up"}
 
 
 @pytest.fixture
@@ -200,7 +205,7 @@ def test_ctrl_c_while_ps_start_stops_them(idle_lab, tmp_path: Path) -> None:  # 
         tfctl(inv, "down", "--grace", "1")
     assert "tfctl: interrupted: stopped ps:0, ps:1, ps:2" in w.text
     assert "starting worker" not in w.text and "Traceback" not in w.text
-    assert_all_cleaned(lab, str(run_id_said(w)))
+    assert_all_cleaned(lab, str(run_id_said(w)), "Ctrl-C (SIGINT)")
 
 
 def test_sigterm_while_workers_start_stops_everything(idle_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -226,7 +231,60 @@ def test_sigterm_while_workers_start_stops_everything(idle_lab, tmp_path: Path) 
     assert ("tfctl: interrupted: stopped ps:0, ps:1, ps:2, worker:0, worker:1, worker:2"
             in w.text)
     assert "Traceback" not in w.text and " is up" not in w.text
-    assert_all_cleaned(lab, str(run_id_said(w)))
+    assert_all_cleaned(lab, str(run_id_said(w)), "SIGTERM")
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_terminal_closed_while_workers_start_stops_everything(idle_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`up` in a real terminal (a tmux pane) that closes, as an ssh session to the laptop that
+    drops: the pty hangs up, SIGHUP. Same outcome as Ctrl-C: what the run started is stopped,
+    though nobody reads the terminal (writes to it fail from then on), and `tfctl runs` says
+    why the run ended."""
+    lab = idle_lab
+    job = {"script": "job.py", "style": "flags",
+           "args": ["--forever", "--listen-delay=30", "--delay-types=worker"]}
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", job)
+    runs = lab.host("h1").workdir / ".tfctl" / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    script = tmp_path / "up.sh"  # the suite's environment, in the terminal's shell
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in os.environ.items()
+                      if k.isidentifier())
+    script.write_text(f"{exports}cd {shlex.quote(str(inv.parent))}\n"
+                      f"exec {shlex.quote(sys.executable)} -m tfctl.tui -i "
+                      f"{shlex.quote(str(inv))} up\n")
+    pane = Pane(f"sh {shlex.quote(str(script))}", name="tfctl-hup")
+    run_id = ""
+    try:
+        pid = int(subprocess.run(["tmux", "display-message", "-p", "-t", pane.session,
+                                  "#{pane_pid}"], capture_output=True, text=True,
+                                 check=True).stdout)
+        deadline = time.monotonic() + 90
+        while not (run_id and len(started_tasks(run_id, "worker")) == 3):
+            assert alive(pid) and time.monotonic() < deadline, f"no three workers:\n{pane.text()}"
+            new = set(runs.iterdir()) - before if runs.is_dir() else set()
+            run_id = new.pop().name if new else ""
+            time.sleep(0.05)
+        assert " is up" not in pane.text()
+        pane.close()  # the terminal closes: SIGHUP to `up`
+        deadline = time.monotonic() + 30  # the workers would listen after 30 s
+        while alive(pid):
+            assert time.monotonic() < deadline, "up still runs 30 s after its terminal closed"
+            time.sleep(0.05)
+    finally:
+        pane.close()
+        tfctl(inv, "down", "--grace", "1")
+    assert_all_cleaned(lab, run_id, "SIGHUP: its terminal closed")
+    listed = tfctl(inv, "runs")
+    line = next(x for x in listed.stdout.splitlines() if x.startswith(run_id))
+    assert line.endswith("aborted: interrupted by SIGHUP: its terminal closed before it was up")
 
 
 @pytest.mark.tf

@@ -31,3 +31,14 @@ def test_runs_are_joined_newest_first_with_how_they_ended() -> None:
 def test_a_run_that_was_stopped_says_so() -> None:
     (run,) = merge_runs({"h1": [_raw("r", 1.0)]}, WORKDIRS)
     assert run.ended == "stopped (tfctl down) or never finished" and not run.live
+
+
+def test_an_aborted_run_says_so_and_why() -> None:
+    """`up` rolled back (a failed start, or an interrupt whose words it records)."""
+    hup = {"status": {"state": "aborted", "cause": "interrupted by SIGHUP: its terminal closed "
+                      "before it was up"}, "finished_at": 5.0}
+    (run, failed) = merge_runs({"h1": [_raw("r", 2.0, finished=hup),
+                                       _raw("f", 1.0, finished={"status": {"state": "aborted"}})]},
+                               WORKDIRS)
+    assert run.ended == "aborted: interrupted by SIGHUP: its terminal closed before it was up"
+    assert failed.ended == "aborted" and run.exit_code is None

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from tfctl.remote.agent.boot import boot_id
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.run import (
     AgentError,
@@ -109,6 +110,7 @@ def op_prepare(req: dict[str, Any]) -> dict[str, Any]:
     make_output_dirs(workdir, manifest.get("outputs") or [])
     os.makedirs(run_dir, exist_ok=True)
     manifest.setdefault("created_at", now())
+    manifest.setdefault("boot_id", boot_id())  # the host's boot the run started in (boot.py)
     write_json(os.path.join(run_dir, "manifest.json"), manifest)
     return {"run_id": run_id, "run_dir": run_dir}
 

@@ -4,8 +4,9 @@ Part of the agent program (see `agent.py`): stdlib only, Python >= 3.8, Linux, n
 
 Layout, `<workdir>/.tfctl/runs/<run_id>/`: `manifest.json`; per task (":" in its name becomes
 "-"): `<task>.log` (stdout+stderr, appended), `<task>.pid.json` ({pid, pgid, supervisor_pid,
-started_at, restarts, start ticks}), `<task>.exit.json` once it ended for good ({exit_code, signal,
-ended_at}), `<task>.stopped` when `tfctl down` stopped it; `finished.json` when the job ended.
+started_at, restarts, start ticks, boot_id: the host's boot it started in, see `boot.py`}),
+`<task>.exit.json` once it ended for good ({exit_code, signal, ended_at}), `<task>.stopped` when
+`tfctl down` stopped it; `finished.json` when the job ended.
 
 Each task runs under a detached supervisor (double fork, `setsid`: it leads the task's session and
 process group, holds no descriptor of the SSH session, so SSH returns at once). The supervisor
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tfctl.remote.agent.boot import boot_id, from_other_boot
 from tfctl.remote.agent.proc import proc_stat, signal_name, start_ticks
 
 
@@ -262,7 +264,7 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
             "pid": child.pid, "pgid": os.getpgrp(), "supervisor_pid": me,
             "started_at": now(), "start_ticks": start_ticks(child.pid),
             "supervisor_start_ticks": start_ticks(me), "restarts": restarts,
-            "last_exit": last_exit})
+            "last_exit": last_exit, "boot_id": boot_id()})
         if os.path.exists(paths[".stopped"]):  # `stop` ran between our check and the start
             child.terminate()
         last_exit = exit_record(child.wait())
@@ -328,6 +330,7 @@ def launch_tasks(run_dir: str, workdir: str, run_id: str, manifest: dict[str, An
     for task in tasks:
         record = read_json(task_file(run_dir, task["name"], ".pid.json"))
         if record and not os.path.exists(task_file(run_dir, task["name"], ".exit.json")) and \
+                not from_other_boot(record) and \
                 proc_stat(record["supervisor_pid"]) is not None and \
                 start_ticks(record["supervisor_pid"]) == record.get("supervisor_start_ticks"):
             raise AgentError("task_running", f"task {task['name']} of run {run_id} is already "

@@ -15,6 +15,7 @@ import signal
 import time
 from typing import Any
 
+from tfctl.remote.agent.boot import booted_at, from_other_boot
 from tfctl.remote.agent.proc import (
     group_members,
     listening_sockets,
@@ -48,16 +49,24 @@ def _records(run_dir: str, name: str) -> dict[str, Any]:
 
 
 def _supervisor_alive(pid_rec: dict[str, Any] | None) -> bool:
-    if not pid_rec:
+    if not pid_rec or from_other_boot(pid_rec):
         return False
     return same_process(pid_rec.get("supervisor_pid"), pid_rec.get("supervisor_start_ticks"))
+
+
+def recorded_alive(record: dict[str, Any] | None) -> bool:
+    """The process a `{pid, start_ticks, boot_id}` record names still runs (same boot, same
+    start time): a pid and its start ticks alone may name another process after a reboot."""
+    return bool(record) and not from_other_boot(record) and same_process(
+        (record or {}).get("pid"), (record or {}).get("start_ticks"))
 
 
 def _task_processes(run_id: str, recs: dict[str, dict[str, Any]]) -> dict[int, str]:
     """pid → task name of every live process of these tasks (supervisors excluded)."""
     found = {pid: str(task) for pid, (_, task) in tagged_processes(run_id).items()
              if task in recs}
-    groups = {r["pid"]["pgid"]: name for name, r in recs.items() if r["pid"]}
+    groups = {r["pid"]["pgid"]: name for name, r in recs.items()
+              if r["pid"] and not from_other_boot(r["pid"])}
     supervisors = {r["pid"]["supervisor_pid"] for r in recs.values() if r["pid"]}
     members = group_members(groups)
     for pid, pgid in members.items():
@@ -70,7 +79,10 @@ def _task_processes(run_id: str, recs: dict[str, dict[str, Any]]) -> dict[int, s
 
 
 def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per task: its records, live pids, the pid listening on its port, and its state."""
+    """Per task: its records, live pids, the pid listening on its port, and its state.
+
+    A task whose pid record is from an earlier boot and that never recorded its end is `lost`
+    to the host's restart: `host_restarted_at` says when this boot began (else None)."""
     recs = {t["name"]: _records(run_dir, t["name"]) for t in tasks}
     procs = _task_processes(run_id, recs)
     ports = {t["name"]: t.get("port") for t in tasks}
@@ -82,8 +94,8 @@ def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str,
         inodes = [i for i, (port, _) in sockets.items() if port == ports[name]]
         owners = socket_owners(inodes, own) if inodes and own else {}
         listening_pid = next(iter(owners.values()), None)
-        task_alive = pid_rec.get("pid") in own and same_process(
-            pid_rec.get("pid"), pid_rec.get("start_ticks"))
+        task_alive = pid_rec.get("pid") in own and recorded_alive(pid_rec)
+        restarted_at = None
         if rec["exit"]:
             state = "stopped" if rec["stopped"] else (
                 "killed" if rec["exit"].get("signal") else "exited")
@@ -102,7 +114,10 @@ def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str,
                     "killed" if late_exit.get("signal") else "exited")
             else:
                 state = "stopped" if rec["stopped"] else "lost"
-        seen[name] = dict(rec, pids=own, listening_pid=listening_pid, state=state)
+                if state == "lost" and from_other_boot(pid_rec):
+                    restarted_at = booted_at()
+        seen[name] = dict(rec, pids=own, listening_pid=listening_pid, state=state,
+                          host_restarted_at=restarted_at)
     return seen
 
 
@@ -143,6 +158,7 @@ def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any], tail: int
             "error": exit_rec.get("error"), "started_at": started, "ended_at": ended,
             "uptime_s": uptime, "restarts": exit_rec.get("restarts", pid_rec.get("restarts", 0)),
             "last_exit": pid_rec.get("last_exit"),
+            "host_restarted_at": obs.get("host_restarted_at"),
             "last_lines": log_tail(log, max(tail, FAILED_TAIL) if _failed(exit_rec) else tail),
             "log_size_bytes": os.path.getsize(log) if os.path.exists(log) else 0})
     return out
@@ -304,7 +320,7 @@ def end_watcher(run_dir: str) -> None:
     """
     record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
     pid, ticks = record.get("pid"), record.get("start_ticks")
-    if pid is None or not same_process(pid, ticks):
+    if pid is None or not recorded_alive(record):
         return
     send_signal(pid, signal.SIGTERM)  # the watcher's handler ends its loop (watch.py)
     deadline = time.time() + WATCHER_EXIT_S

@@ -95,6 +95,28 @@ def launch(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None 
 
 
 @dataclass(frozen=True)
+class RestartLostAnswer:
+    """The lost tasks a host started again (op `restart_lost`), and its watcher."""
+
+    tasks: dict[str, TaskPid]
+    watcher_pid: int | None = None
+    host_restarted_at_s: float | None = None
+    """When the host restarted, if that is how (some of) the tasks were lost."""
+
+
+def restart_lost(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = None
+                 ) -> RestartLostAnswer:
+    """Start again these lost tasks of the run (every lost one of the host when None) with
+    their records, and the run's watcher if it is gone (op `restart_lost`, agent/lost.py); the
+    host refuses (RemoteError) a task that is not lost, or a run that has ended."""
+    answer = agentclient.call(t, "restart_lost", {"workdir": workdir, "run_id": run_id,
+                                                  "tasks": None if tasks is None else list(tasks)})
+    return RestartLostAnswer({n: TaskPid(int(p["pid"]), int(p["pgid"]))
+                              for n, p in answer["tasks"].items()}, answer.get("watcher_pid"),
+                             answer.get("host_restarted_at"))
+
+
+@dataclass(frozen=True)
 class StartState:
     """How a starting task is doing after `wait_ports`."""
 

@@ -87,7 +87,8 @@ def _take_end(run: RunSummary, finished: Mapping[str, Any] | None) -> None:
     if code is not None:
         run.exit_code = code
     cause = status.get("cause")
-    words = f"exit {code}" if code is not None else "finished"
+    words = f"exit {code}" if code is not None else \
+        "aborted" if status.get("state") == "aborted" else "finished"
     if cause:
         words += f": {cause}"
     if run.ended is None or code is not None:

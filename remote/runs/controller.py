@@ -304,8 +304,9 @@ class RunController:
         self.up_status = run.status()
         return run_id
 
-    def rollback(self, run_id: str | None = None) -> str:
-        """Stop what `up` started as `run_id` (default: the run `up` was starting); a sentence."""
+    def rollback(self, run_id: str | None = None, cause: str | None = None) -> str:
+        """Stop what `up` started as `run_id` (default: the run `up` was starting); a sentence.
+        `cause` is recorded as why the run was aborted (`tfctl runs` shows it)."""
         from tfctl.remote.runs.launch import rollback
 
         chosen = run_id or self.starting_run_id
@@ -313,7 +314,7 @@ class RunController:
             self._slurm_run.cancel(5.0)
             return f"cancelled Slurm job {chosen.removeprefix('slurm-')}"
         return "nothing had started" if chosen is None else rollback(self.fleet, self.plan,
-                                                                    chosen)
+                                                                    chosen, cause)
 
     def down(self, grace_s: float = 10.0, on_event: Say | None = None) -> DownSummary:
         """TERM, grace, KILL and verify every process of the current run on the hosts it used

@@ -106,7 +106,8 @@ def rolled_back(fleet: Fleet, plan: Plan, run_id: str, exc: BaseException,
                 say: Say) -> BaseException:
     """Stop everything run `run_id` started, then what to raise for `exc`: a `LaunchFailed`
     saying what was cleaned, `Interrupted` for Ctrl-C, anything else as it was."""
-    cleaned = rollback(fleet, plan, run_id)
+    interrupt = str(exc) if isinstance(exc, KeyboardInterrupt) else ""
+    cleaned = rollback(fleet, plan, run_id, interrupt or None)
     if isinstance(exc, LaunchFailed):
         exc.cleaned = cleaned
         return exc
@@ -256,8 +257,9 @@ def raise_first(result: FleetResult[Any], step: str) -> None:
         raise LaunchFailed(host, f"{exc.what}", exc.detail)
 
 
-def rollback(fleet: Fleet, plan: Plan, run_id: str) -> str:
-    """Stop whatever this run started; return a sentence saying what was cleaned."""
+def rollback(fleet: Fleet, plan: Plan, run_id: str, cause: str | None = None) -> str:
+    """Stop whatever this run started; return a sentence saying what was cleaned. The run is
+    recorded aborted, with `cause` (an interrupt's words) when given."""
     from tfctl.remote.runs.stop import stop_run, stopped_tasks
 
     outcome = stop_run(fleet, run_id, plan.hosts_used, grace_s=3.0)
@@ -267,7 +269,8 @@ def rollback(fleet: Fleet, plan: Plan, run_id: str) -> str:
     if left:
         text += f"; could not reach {left} to clean up"
     # Per-host failures are collected by the fleet; the run dirs keep their logs either way.
-    fleet.map(lambda t: agentops.finish(t, t.host.workdir, run_id, {"state": "aborted"}),
+    status = {"state": "aborted", **({"cause": cause} if cause else {})}
+    fleet.map(lambda t: agentops.finish(t, t.host.workdir, run_id, status),
               [h for h in plan.hosts_used if h not in outcome.failed])
     return text
 

@@ -12,6 +12,11 @@ task; whoever observes it stops the remaining ps, workers and chief (the evaluat
 stay up for reading the results) and the job's status is the failed task's. To resume instead,
 ask for `restart: {chief: on-failure}` (the chief restarts and reads its checkpoint) — while a
 restart is pending the task is `starting`, not failed.
+
+A task lost to its host's restart (`lost (host restarted at T)`: the host rebooted under it, its
+records kept) is neither: it waits for `tfctl restart` (or `down`), and the job's end waits with
+it, unless a host's watcher has already recorded the job's end (the chief's port closed while
+its host was down), when it counts as lost like any other.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.reach import reach_json, unreachable_words
+from tfctl.remote.reach import clock_hms, reach_json, unreachable_words
 from tfctl.remote.runs.failure import explain
 from tfctl.remote.silence import Silence, silences_from
 
@@ -46,6 +51,9 @@ class TaskStatus:
     mask: str | None = None
     last_lines: tuple[str, ...] = ()
     """The log's last lines, as many as the status read asked for (`tail`)."""
+    host_restarted_at_s: float | None = None
+    """When the host restarted, for a task lost to that restart (its records are of an earlier
+    boot); None otherwise. Such a task waits for `tfctl restart`."""
 
     @property
     def type(self) -> str:
@@ -56,19 +64,27 @@ class TaskStatus:
         return int(self.name.split(":")[1])
 
     @property
+    def awaits_restart(self) -> bool:
+        """Lost to its host's restart: not running, not stopped by tfctl, not failed."""
+        return self.state == "lost" and self.host_restarted_at_s is not None
+
+    @property
     def ended(self) -> bool:
-        return self.state in ENDED
+        return self.state in ENDED and not self.awaits_restart
 
     @property
     def failed(self) -> bool:
-        return self.state in ("killed", "lost") or (self.state == "exited" and
-                                                    self.exit_code not in (0, None))
+        return not self.awaits_restart and (
+            self.state in ("killed", "lost") or (self.state == "exited" and
+                                                 self.exit_code not in (0, None)))
 
     def describe(self) -> str:
         if self.state == "exited":
             return f"exited {self.exit_code}"
         if self.state == "killed":
             return f"killed by {self.signal}"
+        if self.awaits_restart and self.host_restarted_at_s is not None:
+            return f"lost (host restarted at {clock_hms(self.host_restarted_at_s)})"
         return self.state
 
 
@@ -102,15 +118,30 @@ class RunStatus:
 
     @property
     def job_ended(self) -> bool:
-        return job_ended(self.tasks, self.acting_chief)
+        return job_ended(self._judged, self.acting_chief)
 
     @property
     def exit_code(self) -> int:
-        return job_exit_code(self.tasks, self.acting_chief)
+        return job_exit_code(self._judged, self.acting_chief)
 
     @property
     def fatal(self) -> TaskStatus | None:
-        return fatal_failure(self.tasks, self.acting_chief)
+        return fatal_failure(self._judged, self.acting_chief)
+
+    @property
+    def lost_to_restarts(self) -> dict[str, float]:
+        """host → when it restarted, for every host with tasks lost to that restart."""
+        return {t.host: t.host_restarted_at_s for t in self.tasks
+                if t.awaits_restart and t.host_restarted_at_s is not None}
+
+    @property
+    def _judged(self) -> tuple[TaskStatus, ...]:
+        """The tasks as the job's end rule sees them: once the end is recorded, a task lost to
+        its host's restart is lost like any other (it will not be started again)."""
+        if self.finished is None:
+            return self.tasks
+        return tuple(replace(t, host_restarted_at_s=None) if t.awaits_restart else t
+                     for t in self.tasks)
 
 
 def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
@@ -157,6 +188,7 @@ def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
         exit_code=raw.get("exit_code"), signal=raw.get("signal"), uptime_s=raw.get("uptime_s"),
         restarts=int(raw.get("restarts") or 0), last_line=lines[-1] if lines else "",
         mask=raw.get("cuda_visible_devices"), last_lines=tuple(lines),
+        host_restarted_at_s=raw.get("host_restarted_at"),
     )
     if task.failed:  # the line that names the error, not the last stack frame
         headline = explain(lines).headline

@@ -258,6 +258,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "wait": ("tfctl.tui.cli.run", "wait"),
     "status": ("tfctl.tui.cli.run", "status"),
     "down": ("tfctl.tui.cli.run", "down"),
+    "restart": ("tfctl.tui.cli.restart", "restart"),
     "logs": ("tfctl.tui.cli.logs", "logs"),
     "exec": ("tfctl.tui.cli.logs", "exec_"),
     "ssh": ("tfctl.tui.cli.logs", "ssh"),

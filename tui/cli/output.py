@@ -221,6 +221,17 @@ def status_table(st: RunStatus) -> None:
     console().print(table)
     for host in st.unreachable:  # in full below the table, whose columns would cut it short
         secho(f"{host} {st.reach_words(host, time.time())}: its tasks are unknown", fg="red")
+    _say_lost_to_restarts(st)
+
+
+def _say_lost_to_restarts(st: RunStatus) -> None:
+    """Below the status table: each host that restarted under the run, and what to do."""
+    from tfctl.remote.reach import clock_hms
+
+    for host, at in st.lost_to_restarts.items():
+        lost = [t.name for t in st.tasks if t.host == host and t.awaits_restart]
+        secho(f"{host} restarted at {clock_hms(at)}: {', '.join(lost)} lost; `tfctl restart "
+              f"{host}` starts {'it' if len(lost) == 1 else 'them'} again in this run", fg="red")
     for silence in st.silences:  # the host answers us, not the chief: its tasks keep running
         secho(silence.words(time.time()), fg="yellow")
 

@@ -1,6 +1,6 @@
 """`tfctl setup`, and `up`'s steps around its launch: which hosts (`--only`/`--exclude`, see
 `tfctl.inventory.subset`), how it prints sync and setup (`CliUpHooks`), and its rollback on
-Ctrl-C (`rollback_on_interrupt`).
+Ctrl-C, SIGTERM or SIGHUP (`rollback_on_interrupt`).
 
 Progress goes to stderr (`tfctl: setup h1: [1/2] python3 -m venv .venv`), one summary line per
 host to stdout, failures to stderr with the host, the command, its exit status and the last
@@ -11,6 +11,7 @@ with `--json` the summaries go to stderr and stdout gets one JSON object (`setup
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -226,10 +227,19 @@ def selection(ctx: click.Context, only: tuple[str, ...], exclude: tuple[str, ...
         raise click.BadParameter(str(exc), ctx=ctx, param_hint=hint) from None
 
 
+SIGNAL_WORDS: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+                                  signal.SIGHUP: "SIGHUP: its terminal closed"}
+
+
 class UpGuard:
-    """How far `up` got, for its interrupt handler. The first SIGINT/SIGTERM raises
-    KeyboardInterrupt; later ones are ignored until the run is up, so a second Ctrl-C cannot
-    cut the rollback short and leave half a job behind."""
+    """How far `up` got, for its interrupt handler. The first SIGINT/SIGTERM/SIGHUP raises
+    KeyboardInterrupt, its words saying which; later ones are ignored until the run is up, so a
+    second Ctrl-C cannot cut the rollback short and leave half a job behind.
+
+    SIGHUP (the terminal closed: an ssh session to the laptop dropped) is an interrupt like
+    Ctrl-C: nothing half-started stays, and `tfctl runs` says why the run ended, as nobody
+    reads the terminal any more. Its output goes to /dev/null from then on: a write to a hung-up
+    terminal fails (EIO), which would cut the rollback short."""
 
     def __init__(self, hooks: CliUpHooks) -> None:
         self.hooks = hooks
@@ -243,18 +253,32 @@ class UpGuard:
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
+        if signum == signal.SIGHUP:
+            silence_terminal()
         if self.signals == 1 or self.is_up:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt(f"interrupted by {SIGNAL_WORDS.get(signum, signum)} "
+                                    "before it was up")
+
+
+def silence_terminal() -> None:
+    """stdin, stdout and stderr on /dev/null (file descriptors, so the live rows' thread and
+    child processes are silenced too)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
 
 
 @contextlib.contextmanager
 def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[UpGuard]:
-    """Ctrl-C/SIGTERM before the run is up: stop what it started, say so, exit 130."""
+    """Ctrl-C/SIGTERM/SIGHUP before the run is up: stop what it started, say so (and why, in
+    the run's record), exit 130."""
     from tfctl.remote.runs.launch import Interrupted
 
     guard = UpGuard(hooks)
-    previous = {sig: signal.signal(sig, guard.on_signal) for sig in (signal.SIGINT,
-                                                                      signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, guard.on_signal) for sig in SIGNAL_WORDS
+                if signal.getsignal(sig) != signal.SIG_IGN}  # `nohup tfctl up` stays up
     try:
         yield guard
     except KeyboardInterrupt as exc:
@@ -263,7 +287,7 @@ def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Itera
         elif guard.run_id is None:
             say("interrupted before any task was started: nothing to clean up")
         elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
-            say(f"interrupted: {controller.rollback(guard.run_id)}")
+            say(f"interrupted: {controller.rollback(guard.run_id, cause=str(exc) or None)}")
         sys.exit(EXIT_INTERRUPTED)
     finally:
         for sig, handler in previous.items():

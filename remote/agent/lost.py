@@ -1,0 +1,87 @@
+"""Starting again the tasks of a run that are lost on this host (`tfctl restart`).
+
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Last in the program, it adds its operation to `main.OPS`.
+
+A task is lost when neither it nor its supervisor runs and it never recorded its end: most often
+because the host restarted under it (its records are of an earlier boot, `boot.py`), or because
+something killed its supervisor. `restart_lost` starts such tasks again in the same run, from
+the manifest's records (the same argv, environment, GPU mask and port: the plan they were
+started with), their logs appended to, and the run's watcher too when it is gone, so that the
+job still ends on this host by its rule. A task that runs, ended, or was stopped by tfctl is
+refused, as is every task of a run that has ended: the host is the judge of what is lost, not
+the client's last look.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tfctl.remote.agent.boot import booted_at
+from tfctl.remote.agent.main import OPS, expand, need
+from tfctl.remote.agent.run import (
+    AgentError,
+    launch_tasks,
+    load_manifest,
+    manifest_tasks,
+    now,
+    read_json,
+    run_dir_of,
+    task_file,
+)
+from tfctl.remote.agent.state import observe
+from tfctl.remote.agent.watch import start_watcher
+
+
+def lost_tasks(run_dir: str, run_id: str, manifest: dict[str, Any],
+               names: list[str] | None) -> dict[str, dict[str, Any]]:
+    """The tasks named (every lost one of this host when None) as `observe` sees them; refuses
+    (AgentError) any of them that is not lost, or all of them when the run has ended."""
+    finished = read_json(os.path.join(run_dir, "finished.json"))
+    if finished is not None:
+        why = (finished.get("status") or {}).get("cause") or (
+            finished.get("status") or {}).get("state") or "recorded"
+        raise AgentError("run_ended", f"run {run_id} has ended ({why}): its tasks are not "
+                         "started again; `tfctl up` starts a new run")
+    seen = observe(run_dir, run_id, manifest_tasks(manifest, names))
+    if names is None:
+        lost = {n: o for n, o in seen.items() if o["state"] == "lost"}
+        if not lost:
+            states = ", ".join(f"{n} {o['state']}" for n, o in seen.items())
+            raise AgentError("nothing_lost", f"no task of run {run_id} is lost on this host "
+                             f"({states or 'it has none'})")
+        return lost
+    for name, obs in seen.items():
+        if obs["state"] != "lost":
+            state = obs["state"].replace("_", " ")
+            raise AgentError("not_lost", f"{name} of run {run_id} is {state} on this host, not "
+                             "lost: only a lost task is started again", task=name,
+                             state=obs["state"])
+    return seen
+
+
+def op_restart_lost(req: dict[str, Any]) -> dict[str, Any]:
+    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+    run_dir = run_dir_of(workdir, run_id)
+    manifest = load_manifest(run_dir)
+    lost = lost_tasks(run_dir, run_id, manifest, req.get("tasks"))
+    for name, obs in lost.items():
+        why = (f"its host restarted at {_clock(obs['host_restarted_at'])}"
+               if obs.get("host_restarted_at") else "its supervisor is gone")
+        with open(task_file(run_dir, name, ".log"), "a") as log:
+            log.write(f"==> tfctl: starting {name} again at {_clock(now())}: it was lost "
+                      f"({why})\n")
+    started = launch_tasks(run_dir, workdir, run_id, manifest, sorted(lost))
+    return {"tasks": started["tasks"], "watcher_pid": start_watcher(run_dir, run_id),
+            "host_restarted_at": booted_at() if any(
+                o.get("host_restarted_at") for o in lost.values()) else None}
+
+
+def _clock(wall_s: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall_s))
+
+
+OPS.update({"restart_lost": op_restart_lost})
