@@ -143,6 +143,30 @@ async def test_logs_follow_switch_task_and_filter() -> None:
 
 
 @sync
+async def test_the_steps_column_shows_the_speed_the_logs_state_in_each_form() -> None:
+    """TF1's `global_step/sec`, Keras' `ms/step` and `examples/sec` lines followed by lines that
+    state no speed (the usual case: a loss line comes last) still fill the steps/s column."""
+    ctl = FakeController()
+    quiet = {"worker:0": "INFO:tensorflow:loss = 0.31, step = 1300",
+             "worker:1": "Epoch 3/10", "worker:3": "step 1190, loss = 0.40"}
+    ctl.tasks = {h: tuple(replace(t, last_line=quiet.get(t.name, t.last_line)) for t in ts)
+                 for h, ts in ctl.tasks.items()}
+    ctl.log_lines = [(task, line) for task, line in ctl.log_lines if task not in quiet]
+    app, _, _ = lab_app(ctl)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: polled(app))
+        table = app.query_one(TasksTable)
+        assert [table.row(t).rate for t in quiet] == ["–", "–", "–"]
+        for task, line in (("worker:0", "INFO:tensorflow:global_step/sec: 149.1"),
+                           ("worker:1", "100/100 ━━━━━━━━━━━━━━━━━━━━ 1s 8ms/step - loss: 0.3"),
+                           ("worker:3", "step 1190, loss = 0.40 (2580.3 examples/sec)")):
+            ctl.add_log(task, line)
+            ctl.add_log(task, quiet[task])
+        await until(pilot, lambda: table.row("worker:3").rate == "2580ex")
+        assert table.row("worker:0").rate == "149.1" and table.row("worker:1").rate == "125.0"
+
+
+@sync
 async def test_up_and_sync_run_in_workers_and_report_in_the_past_tense() -> None:
     app, ctl, notes = lab_app(FakeController(with_run=False))
     async with app.run_test(size=(160, 48)) as pilot:

@@ -16,8 +16,10 @@ from tests.fakes.ui_sources import (
     lab_findings,
     lab_inventory,
 )
+from tests.test_record_throughput import SPEED_LINES
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess
+from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.model.hostlines import GpuLine, build_host_lines, host_state
@@ -28,19 +30,35 @@ from tfctl.tui.app.widgets.header import builtin_findings, merge_findings
 
 
 # -- pure pieces ---------------------------------------------------------------------------------
-@pytest.mark.parametrize(("line", "rate"), [
-    ("step 10 loss 0.4 steps_per_sec=41.2", 41.2),
-    ("steps_per_second: 7", 7.0),
-    ("epoch 1: 12.5 steps/s", 12.5),
-    ("INFO:tensorflow:global_step/sec: 3.25", 3.25),
-    ("step 1180, loss = 0.42 (2580.3 examples/sec; 0.050 sec/batch)", 20.0),
-    ("loss = 0.42", None),
-    ("0.000 sec/batch", None),
-])
-def test_steps_per_sec_reads_the_rates_training_scripts_print(line: str,
-                                                               rate: float | None) -> None:
-    assert cells.steps_per_sec(line) == pytest.approx(rate) if rate else \
-        cells.steps_per_sec(line) is None
+def _shown(value: tuple[float, str] | None) -> str:
+    """What the steps/s column says for a speed: steps/s as such, examples/s marked `ex`."""
+    if value is None:
+        return "–"
+    number, unit = value
+    if unit == "examples/s":
+        return f"{number:.0f}ex"
+    return f"{number:.1f}" if number < 1000 else f"{number:.0f}"
+
+
+@pytest.mark.parametrize(("line", "patterns", "value"), SPEED_LINES)
+def test_the_steps_column_reads_every_throughput_form_the_recorder_reads(
+        line: str, patterns: tuple[str, ...], value: tuple[float, str] | None) -> None:
+    """The same table as the recorder's (tests/test_record_throughput.py), through the board:
+    a speed in the task's last line (the status poll), or in a line the log follower brought
+    before later lines that state none."""
+    ctl = FakeController()
+    ctl.plan = replace(ctl.plan, inventory=replace(
+        ctl.plan.inventory, job=replace(ctl.plan.inventory.job, throughput=patterns)))
+    for source in ("last line", "log"):
+        board = Board(ctl.plan)
+        board.set_run(ctl.current())
+        last = line if source == "last line" else "INFO:tensorflow:loss = 0.3, step = 1300"
+        board.host_polled("titan", [TaskStatus("worker:0", "titan", "running", pid=1001,
+                                               uptime_s=5.0, last_line=last, mask="0")], 1.0)
+        if source == "log":
+            board.log_lines([("worker:0", line), ("worker:0", last)])
+        row = next(r for r in board.task_rows(2.0) if r.name == "worker:0")
+        assert row.rate == _shown(value), source
 
 
 def test_cells_say_na_for_missing_values_never_zero() -> None:

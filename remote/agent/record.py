@@ -3,7 +3,9 @@
 Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 The run's watcher (`watch.py`) drives it, so recording needs no client connected:
 
-- `gpus.json`: the host's GPUs once (index, uuid, name, memory total), and the recording's start.
+- `gpus.json`: the host's GPUs once (index, uuid, name, memory total), the recording's start, and
+  where no sample will be (or was) recorded, why (`unrecorded`): a report must not read an empty
+  `gpu.csv` as idle GPUs.
 - `gpu.csv`: one nvidia-smi stream (`-lms 1000`) for all GPUs, kept compact — a line per GPU per
   second, `seconds since start,index,util %,memory used MiB,temperature C,power W,throttle mask`,
   an empty field for a value nvidia-smi could not give (never 0). About 30 bytes a line: a
@@ -22,17 +24,32 @@ import os
 import time
 from typing import Any
 
+from tfctl.remote.agent.nvfields import (
+    NVSMI_RECORD_ATTRS,
+    nvsmi_choose,
+    nvsmi_error_line,
+    nvsmi_help_names,
+    nvsmi_next_spelling,
+    nvsmi_refused_field,
+    nvsmi_spellings,
+)
 from tfctl.remote.agent.proc import proc_tags, proc_uid, user_name
 from tfctl.remote.agent.run import now, read_json, task_file, write_json
+from tfctl.remote.agent.speed import SpeedReader
 
 GPU_LOG_CAP_BYTES = 64 << 20
 OWNER_EVERY_S = 10.0
-GPU_FIELDS = ("index", "utilization.gpu", "memory.used", "temperature.gpu", "power.draw",
-              "clocks_event_reasons.active")
+NVSMI_ANSWER_S = 10.0  # a one-off query that takes longer: nvidia-smi hangs (a stuck driver)
+GPU_LIST_FIELDS = ("index", "uuid", "name", "memory.total")
 
 
 class GpuRecorder:
-    """One `nvidia-smi -lms 1000` stream into `gpu.csv`, and the owners every few seconds."""
+    """One `nvidia-smi -lms 1000` stream into `gpu.csv`, and the owners every few seconds.
+
+    It starts in a thread of its own (a hanging nvidia-smi must not hold up the watcher), asks
+    the driver which spellings it knows (`nvfields.py`), and writes `gpus.json`; where nothing
+    will be recorded, `gpus.json` says why (`unrecorded`): nvidia-smi not found, its error (no
+    GPUs, NVML failing, a property refused), or no answer."""
 
     def __init__(self, run_dir: str, run_id: str) -> None:
         import shutil  # here, not at the top: every agent start would pay for it
@@ -42,47 +59,96 @@ class GpuRecorder:
         self.started = time.time()
         self.proc: Any = None
         self.next_owners = 0.0
+        self.recording = self.stopped = False
+        self.fields: list[str | None] = []
+        """Per NVSMI_RECORD_ATTRS, the spelling queried, or None where the driver has none."""
 
-    def start(self) -> bool:
-        if self.nvsmi is None:
-            return False
-        import subprocess
+    def start(self) -> None:
         import threading
 
-        gpus = self._query(["--query-gpu=index,uuid,name,memory.total"])
-        write_json(os.path.join(self.run_dir, "gpus.json"), {
-            "started_at": self.started, "fields": ["t_s", *GPU_FIELDS],
-            "gpus": [{"index": row[0], "uuid": row[1], "name": row[2],
-                      "memory_total_mib": compact(row[3])} for row in gpus if len(row) == 4]})
-        self.proc = subprocess.Popen(
-            [self.nvsmi, "--query-gpu=" + ",".join(GPU_FIELDS),
-             "--format=csv,noheader,nounits", "-lms", "1000"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        threading.Thread(target=self._pump, daemon=True).start()
-        return True
+        threading.Thread(target=self._record, daemon=True).start()
 
-    def _pump(self) -> None:
+    def _record(self) -> None:
+        try:
+            gpus, why = self._begin()
+        except Exception as exc:
+            gpus, why = [], f"the recorder failed: {exc!r}"
+        info: dict[str, Any] = {
+            "started_at": self.started,
+            "fields": ["t_s", *(name or "" for name in self.fields)],
+            "gpus": [{"index": row[0], "uuid": row[1], "name": row[2],
+                      "memory_total_mib": compact(row[3])} for row in gpus if len(row) == 4]}
+        if why is not None:
+            info["unrecorded"] = why
+        write_json(os.path.join(self.run_dir, "gpus.json"), info)
+        if why is None:
+            self._stream()
+
+    def _begin(self) -> tuple[list[list[str]], str | None]:
+        """The GPU list, and why nothing will be recorded (None: the stream may start)."""
+        if self.nvsmi is None:
+            return [], "nvidia-smi was not found on the PATH"
+        listed, why = self._ask(["--query-gpu=" + ",".join(GPU_LIST_FIELDS)])
+        if why is not None:
+            return [], why
+        if not listed:
+            return [], "nvidia-smi listed no GPUs"
+        help_text, _ = self._ask(["--help-query-gpu"], rows=False)
+        known = nvsmi_help_names(help_text[0][0] if help_text else "")
+        wanted = [nvsmi_spellings(attr) for attr in NVSMI_RECORD_ATTRS]
+        self.fields = list(nvsmi_choose(wanted, known) if known else (w[0] for w in wanted))
+        for _ in range(2 * len(wanted)):  # a refused spelling: the next one, or the column empty
+            queried = [name for name in self.fields if name is not None]
+            _, why = self._ask(["--query-gpu=" + ",".join(queried)])
+            refused = nvsmi_refused_field(why or "")
+            if refused is None or refused not in self.fields or refused == self.fields[0]:
+                break
+            self.fields[self.fields.index(refused)] = nvsmi_next_spelling(refused)
+        if why is not None:
+            return listed, f"nvidia-smi refused the query: {why}"
+        self.recording = True
+        return listed, None
+
+    def _stream(self) -> None:
+        import subprocess
+
+        queried = [name for name in self.fields if name is not None]
+        self.proc = subprocess.Popen(
+            [str(self.nvsmi), "--query-gpu=" + ",".join(queried),
+             "--format=csv,noheader,nounits", "-lms", "1000"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         path = os.path.join(self.run_dir, "gpu.csv")
+        written, last_error = 0, None
         with open(path, "a") as out:
             for line in self.proc.stdout:
-                fields = [compact(v) for v in line.strip().split(", ")]
-                if len(fields) != len(GPU_FIELDS) or not fields[0].isdigit():
+                values = iter(line.strip().split(", "))
+                fields = [compact(next(values, "")) if name is not None else ""
+                          for name in self.fields]
+                if next(values, None) is not None or not fields[0].isdigit():
+                    last_error = nvsmi_error_line(line) or last_error
                     continue  # an XID message or an error line between rows
                 out.write(f"{int(time.time() - self.started)},{','.join(fields)}\n")
                 out.flush()
+                written += 1
                 if out.tell() > GPU_LOG_CAP_BYTES:
-                    self._note("gpu.csv reached its cap; later samples were not kept")
+                    self._note("note", "gpu.csv reached its cap; later samples were not kept")
                     break
+        ended_by_us = self.stopped
         self.stop()
+        if not written:
+            code = self.proc.wait()
+            self._note("unrecorded", "the run ended before the first sample" if ended_by_us
+                       else last_error or f"nvidia-smi -lms ended (exit status {code}) before "
+                                          "its first sample")
 
     def tick(self) -> None:
-        """Record who holds each GPU, every OWNER_EVERY_S."""
-        if self.nvsmi is None or time.time() < self.next_owners:
+        """Record who holds each GPU, every OWNER_EVERY_S, while the samples are recorded."""
+        if not self.recording or time.time() < self.next_owners:
             return
         self.next_owners = time.time() + OWNER_EVERY_S
         index_of = {row[1]: row[0] for row in
-                    self._query(["--query-gpu=index,uuid"]) if len(row) == 2}
-        rows = self._query(["--query-compute-apps=gpu_uuid,pid,used_memory"])
+                    self._ask(["--query-gpu=index,uuid"])[0] if len(row) == 2}
+        rows, _ = self._ask(["--query-compute-apps=gpu_uuid,pid,used_memory"])
         t = int(time.time() - self.started)
         with open(os.path.join(self.run_dir, "owners.csv"), "a") as out:
             for row in rows:
@@ -92,23 +158,37 @@ class GpuRecorder:
                               f"{owner}\n")
 
     def stop(self) -> None:
+        self.stopped = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
 
-    def _query(self, args: list[str]) -> list[list[str]]:
+    def _ask(self, args: list[str], rows: bool = True) -> tuple[list[list[str]], str | None]:
+        """nvidia-smi's rows (or, `rows=False`, its whole output as one cell), and the error it
+        answered instead, if any: its own words, or that it could not be run or did not answer."""
         import subprocess
 
+        argv = [str(self.nvsmi), *args] + (["--format=csv,noheader,nounits"] if rows else [])
         try:
-            done = subprocess.run([str(self.nvsmi), *args, "--format=csv,noheader,nounits"],
-                                  capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        return [line.split(", ") for line in done.stdout.splitlines() if ", " in line]
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=NVSMI_ANSWER_S)
+        except subprocess.TimeoutExpired:
+            return [], f"nvidia-smi did not answer in {NVSMI_ANSWER_S:.0f} s"
+        except OSError as exc:
+            return [], f"nvidia-smi could not be run: {exc.strerror or exc}"
+        if not rows:
+            return [[done.stdout]], None
+        error = nvsmi_error_line(done.stdout)
+        if error is None and done.returncode != 0:
+            tail = done.stdout.strip().splitlines()[-1:] or [""]
+            error = f"nvidia-smi exited {done.returncode}: {tail[0]}".rstrip(": ")
+        if error is not None:
+            return [], error
+        return [line.split(", ") for line in done.stdout.splitlines() if ", " in line], None
 
-    def _note(self, text: str) -> None:
+    def _note(self, key: str, text: str) -> None:
         path = os.path.join(self.run_dir, "gpus.json")
         data = read_json(path) or {}
-        data["note"] = text
+        data[key] = text
         write_json(path, data)
 
 
@@ -162,27 +242,14 @@ class EventLog:
             out.write(json.dumps(event) + "\n")
 
 
-# Training speed in the usual log forms, first group the number: the bundled trainer's
-# `steps_per_sec=41.2`, TF1 hooks' `global_step/sec: 41.2`, `2580.3 examples/sec`, and Keras'
-# progress `… 12ms/step` (turned into steps/s).
-DEFAULT_THROUGHPUT_PATTERNS = (
-    r"steps_per_sec=([0-9.]+)",
-    r"global_step/sec: ([0-9.]+)",
-    r"([0-9.]+) examples/sec",
-    r"\b([0-9.]+)ms/step\b",
-)
-
-
 class ThroughputTail:
     """Reads what each training task logged since the last look; writes `throughput.csv` lines
-    `seconds since start,task,value,unit` for every line that matches a throughput pattern."""
+    `seconds since start,task,value,unit` for every line that states a speed (`speed.py`)."""
 
     def __init__(self, run_dir: str, names: list[str], patterns: list[str],
                  started: float) -> None:
-        import re
-
         self.run_dir, self.names, self.started = run_dir, names, started
-        self.patterns = [re.compile(p) for p in (patterns or DEFAULT_THROUGHPUT_PATTERNS)]
+        self.reader = SpeedReader(patterns)
         self.offsets = {name: 0 for name in names}
 
     def tick(self) -> None:
@@ -207,15 +274,4 @@ class ThroughputTail:
                 out.writelines(rows)
 
     def value(self, line: str) -> tuple[float, str] | None:
-        for pattern in self.patterns:
-            match = pattern.search(line)
-            if match:
-                try:
-                    number = float(match.group(1))
-                except (IndexError, ValueError):
-                    continue
-                if "ms/step" in pattern.pattern:
-                    return (1000.0 / number if number else 0.0), "steps/s"
-                unit = "examples/s" if "examples" in pattern.pattern else "steps/s"
-                return number, unit
-        return None
+        return self.reader.value(line)

@@ -19,37 +19,22 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# Each wanted property: the GpuSample attribute it fills and its spellings, preferred first.
-# docs/field-notes.md §4 plus the throttle mask, renamed `clocks_event_reasons` by newer
-# drivers (which still accept the old name as an alias; old drivers know only the old one).
-_GPU_PROPERTIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("timestamp", ("timestamp",)),
-    ("index", ("index",)),
-    ("uuid", ("uuid", "gpu_uuid")),
-    ("name", ("name", "gpu_name")),
-    ("pci_bus_id", ("pci.bus_id", "gpu_bus_id")),
-    ("utilization_gpu_pct", ("utilization.gpu",)),
-    ("utilization_memory_pct", ("utilization.memory",)),
-    ("memory_used_mib", ("memory.used",)),
-    ("memory_total_mib", ("memory.total",)),
-    ("temperature_c", ("temperature.gpu",)),
-    ("power_draw_w", ("power.draw",)),
-    ("power_limit_w", ("power.limit",)),
-    ("fan_pct", ("fan.speed",)),
-    ("pstate", ("pstate",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
+from tfctl.remote.agent.nvfields import (
+    NVSMI_APP_PROPERTIES,
+    NVSMI_GPU_PROPERTIES,
+    NVSMI_HOST_ERROR_MARKERS,
+    nvsmi_choose,
+    nvsmi_help_names,
 )
+
+# The wanted properties and their spellings live with the agent (`remote/agent/nvfields.py`),
+# which the host's run recorder shares: one vocabulary for the client and the hosts.
+_GPU_PROPERTIES = NVSMI_GPU_PROPERTIES
 WANTED_GPU_FIELDS: tuple[tuple[str, ...], ...] = tuple(names for _, names in _GPU_PROPERTIES)
 # Used before (or without) a `--help-query-gpu` probe: every driver with `--query-gpu` knows these.
 BASE_GPU_FIELDS: tuple[str, ...] = tuple(names[0] for names in WANTED_GPU_FIELDS[:-1])
 
-# Process name last: the one column that may hold commas is then simply "the rest of the line".
-_APP_PROPERTIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gpu_uuid", ("gpu_uuid",)),
-    ("pid", ("pid",)),
-    ("used_memory_mib", ("used_memory", "used_gpu_memory")),
-    ("process_name", ("process_name", "name")),
-)
+_APP_PROPERTIES = NVSMI_APP_PROPERTIES
 WANTED_COMPUTE_APP_FIELDS: tuple[tuple[str, ...], ...] = tuple(n for _, n in _APP_PROPERTIES)
 DEFAULT_COMPUTE_APP_FIELDS: tuple[str, ...] = tuple(n[0] for n in WANTED_COMPUTE_APP_FIELDS)
 
@@ -60,18 +45,7 @@ _GPU_FREE_TEXT_FIELDS = frozenset({"name", "gpu_name"})
 _APP_FREE_TEXT_FIELDS = frozenset({"process_name", "name"})
 
 # Texts nvidia-smi prints on stdout instead of rows when the host (or one GPU) cannot be read.
-HOST_ERROR_MARKERS: tuple[str, ...] = (
-    "Failed to initialize NVML",
-    "Driver/library version mismatch",
-    "NVML library version",
-    "No devices were found",
-    "NVIDIA-SMI has failed",
-    "couldn't communicate with the NVIDIA driver",
-    "Unable to determine the device handle",
-    "is not a valid field to query",
-    "GPU is lost",
-    "fallen off the bus",
-)
+HOST_ERROR_MARKERS: tuple[str, ...] = NVSMI_HOST_ERROR_MARKERS
 NO_DEVICES_TEXT = "No devices were found"
 NO_PROCESSES_TEXT = "No running processes found"
 
@@ -87,8 +61,6 @@ THROTTLE_REASON_BITS: tuple[tuple[int, str], ...] = tuple(
 _SEPARATOR = ", "
 _NUMBER_WITH_UNIT = re.compile(r"^([-+]?\d+(?:\.\d+)?)(?:\s*(?:%|MiB|GiB|KiB|W|C|MHz|ms|us))?$")
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]$")
-_HELP_FIELD_LINE = re.compile(r'^"([A-Za-z_][\w.]*)"(?:\s+or\s+"[A-Za-z_][\w.]*")*\s*$')
-_HELP_FIELD_NAME = re.compile(r'"([A-Za-z_][\w.]*)"')
 _GPU_UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]+$")
 
 
@@ -158,11 +130,7 @@ class ParseResult:
 
 def help_field_names(help_text: str) -> frozenset[str]:
     """Every property spelling a `--help-query-gpu` / `--help-query-compute-apps` text lists."""
-    names: set[str] = set()
-    for line in help_text.splitlines():
-        if _HELP_FIELD_LINE.match(line.strip()):
-            names.update(_HELP_FIELD_NAME.findall(line))
-    return frozenset(names)
+    return nvsmi_help_names(help_text)
 
 
 def supported_fields(
@@ -173,13 +141,8 @@ def supported_fields(
     An unknown property fails the whole query, so probe the help once per host and query only
     these. Empty when the help lists nothing (an error text): fall back to BASE_GPU_FIELDS.
     """
-    known = help_field_names(help_query_text)
-    chosen: list[str] = []
-    for spellings in wanted:
-        listed = [name for name in spellings if name in known]
-        if listed:
-            chosen.append(listed[0])
-    return tuple(chosen)
+    chosen = nvsmi_choose(wanted, help_field_names(help_query_text))
+    return tuple(name for name in chosen if name is not None)
 
 
 def _format_argv(with_units: bool, with_header: bool) -> str:

@@ -37,8 +37,16 @@ environment left in /proc, so only live processes count):
   default), named by its argv[0] (else /proc/<pid>/comm). A GPU with a compute app is busy
   (utilization 90–99 %, P2, hot, high power); a GPU without one is idle (0 %, P8).
 
+Drivers: TFCTL_TEST_NVSMI_DRIVER=old (or `"driver": "old"` in the config) plays a driver from
+before the `clocks_throttle_reasons` → `clocks_event_reasons` rename: its help lists only the old
+names, and a query naming a new one is refused with nvidia-smi's own words,
+`Field "clocks_event_reasons.active" is not a valid field to query.` (exit 2). The default plays
+a newer driver, which lists both spellings (`"clocks_event_reasons.active" or
+"clocks_throttle_reasons.active"`, as in tests/data/nvidia-smi/*.txt) and answers to either.
+
 Failures: TFCTL_TEST_NVSMI_FAIL="Failed to initialize NVML: Driver/library version mismatch"
 prints that text on stdout and exits 9 (TFCTL_TEST_NVSMI_FAIL_RC overrides the status).
+TFCTL_TEST_NVSMI_HANG=1: every query hangs without a word (a stuck driver) until killed.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_GPU = {
@@ -58,6 +67,7 @@ DEFAULT_GPU = {
     "power_limit_w": 250,
 }
 DEFAULT_DRIVER_VERSION = "999.0.0"
+OLD_DRIVER_VERSION = "470.256.02"  # a driver from before the rename
 DEFAULT_PROCESS_MEMORY_MIB = 1500
 IDLE_MEMORY_MIB = 5
 UNKNOWN_FIELD_RC = 2
@@ -80,6 +90,7 @@ class Machine:
     gpus: list[Gpu]
     driver_version: str
     process_memory_mib: int
+    old_driver: bool = False
 
 
 def load_machine(environ: dict[str, str]) -> Machine:
@@ -104,10 +115,13 @@ def load_machine(environ: dict[str, str]) -> Machine:
                 has_fan=not ("fan" in spec and spec["fan"] is None),
             )
         )
+    old = (config.get("driver") or environ.get("TFCTL_TEST_NVSMI_DRIVER")) == "old"
     return Machine(
         gpus=gpus,
-        driver_version=str(config.get("driver_version", DEFAULT_DRIVER_VERSION)),
+        driver_version=str(config.get("driver_version",
+                                      OLD_DRIVER_VERSION if old else DEFAULT_DRIVER_VERSION)),
         process_memory_mib=int(config.get("process_memory_mib", DEFAULT_PROCESS_MEMORY_MIB)),
+        old_driver=old,
     )
 
 
@@ -203,7 +217,8 @@ def power(gpu: Gpu, fraction_busy: float, fraction_idle: float) -> str:
 
 
 # Each property: (unit or "", value(gpu, machine) -> str). Aliases share the entry.
-GPU_PROPERTIES = {
+Prop = tuple[str, Callable[[Gpu, Machine], str]]
+GPU_PROPERTIES: dict[str, Prop] = {
     "timestamp": ("", lambda g, m: timestamp()),
     "driver_version": ("", lambda g, m: m.driver_version),
     "count": ("", lambda g, m: str(len(m.gpus))),
@@ -232,8 +247,20 @@ GPU_ALIASES = {
     "gpu_bus_id": "pci.bus_id",
     "clocks_throttle_reasons.active": "clocks_event_reasons.active",
 }
+# The names a driver from before the rename knows instead (the newer names are unknown to it).
+OLD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
 APP_PROPERTIES = ("timestamp", "gpu_name", "gpu_bus_id", "gpu_serial", "gpu_uuid", "pid")
 APP_ALIASES = {"used_gpu_memory": ("used_memory",), "process_name": ("name",)}
+
+
+def gpu_vocabulary(old_driver: bool) -> tuple[dict[str, Prop], dict[str, str]]:
+    """(properties, aliases → property) of the driver played."""
+    if not old_driver:
+        return GPU_PROPERTIES, GPU_ALIASES
+    props = {OLD_NAMES.get(name, name): entry for name, entry in GPU_PROPERTIES.items()}
+    aliases = {alias: OLD_NAMES.get(target, target) for alias, target in GPU_ALIASES.items()
+               if alias not in props}
+    return props, aliases
 
 
 def app_value(prop: str, gpu: Gpu, pid: int, name: str, machine: Machine) -> tuple[str, str]:
@@ -263,7 +290,8 @@ def header_line(props: list[str], units: list[str], with_units: bool) -> str:
 
 
 def gpu_block(props: list[str], machine: Machine, gpus: list[Gpu], fmt: set[str]) -> list[str]:
-    entries = [GPU_PROPERTIES[GPU_ALIASES.get(p, p)] for p in props]
+    known, aliases = gpu_vocabulary(machine.old_driver)
+    entries = [known[aliases.get(p, p)] for p in props]
     lines = [] if "noheader" in fmt else [header_line(props, [u for u, _ in entries], True)]
     for gpu in gpus:
         cells = [(unit, value(gpu, machine)) for unit, value in entries]
@@ -288,11 +316,12 @@ def help_text(switch: str, names: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def gpu_help() -> str:
+def gpu_help(old_driver: bool) -> str:
+    known, aliases = gpu_vocabulary(old_driver)
     aliases_of: dict[str, list[str]] = {}
-    for alias, target in GPU_ALIASES.items():
+    for alias, target in aliases.items():
         aliases_of.setdefault(target, []).append(alias)
-    return help_text("--query-gpu", [[p, *aliases_of.get(p, [])] for p in GPU_PROPERTIES])
+    return help_text("--query-gpu", [[p, *aliases_of.get(p, [])] for p in known])
 
 
 def apps_help() -> str:
@@ -327,14 +356,17 @@ def emit(lines: list[str]) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    machine = load_machine(dict(os.environ))
     if args.help_query_gpu or args.help_query_compute_apps:
-        print(gpu_help() if args.help_query_gpu else apps_help())
+        print(gpu_help(machine.old_driver) if args.help_query_gpu else apps_help())
         return 0
+    if os.environ.get("TFCTL_TEST_NVSMI_HANG") == "1":
+        while True:
+            time.sleep(3600)
     failure = os.environ.get("TFCTL_TEST_NVSMI_FAIL")
     if failure:
         print(failure, flush=True)
         return int(os.environ.get("TFCTL_TEST_NVSMI_FAIL_RC", "9"))
-    machine = load_machine(dict(os.environ))
     if args.version:
         print(f"NVIDIA-SMI version  : {machine.driver_version} (tfctl test stand-in)")
         return 0
@@ -353,7 +385,8 @@ def main(argv: list[str]) -> int:
         print("stand-in: use --query-gpu, --query-compute-apps or -L", file=sys.stderr)
         return UNKNOWN_FIELD_RC
     props = [p.strip() for p in query.split(",")]
-    known = set(GPU_PROPERTIES) | set(GPU_ALIASES) if args.query_gpu else known_app_props()
+    gpu_props, gpu_aliases = gpu_vocabulary(machine.old_driver)
+    known = set(gpu_props) | set(gpu_aliases) if args.query_gpu else known_app_props()
     unknown = [p for p in props if p not in known]
     if unknown:
         print(f'Field "{unknown[0]}" is not a valid field to query.', flush=True)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tfctl.remote.gpus.findings import Finding
     from tfctl.remote.gpus.history import HostTelemetry
     from tfctl.remote.gpus.owners import Owner
-    from tfctl.remote.runs.status import RunStatus
+    from tfctl.remote.runs.status import RunStatus, TaskStatus
     from tfctl.remote.silence import Silence
     from tfctl.tui.progress import Steps
 
@@ -204,23 +204,28 @@ def plan_table(plan: Plan) -> None:
         out.print(f"[yellow]warning:[/] {w}")
 
 
-def status_table(st: RunStatus) -> None:
+def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
+    """The tasks, each running training task with the speed its last lines state, read as the
+    recorder and the dashboard read it (`patterns`: the job's `throughput:` regexes)."""
     from rich.table import Table
     from rich.text import Text
 
     table = Table(show_edge=False, pad_edge=False)
-    for col in ("task", "host", "pid", "state", "up", "restarts", "last line"):
+    for col in ("task", "host", "pid", "state", "up", "restarts", "steps/s", "last line"):
         table.add_column(col, overflow="ellipsis", no_wrap=col != "last line")
     for t in st.tasks:
         style = STATE_STYLE.get(t.state, "")
         table.add_row(t.name, t.host, str(t.pid or "–"), Text(t.describe(), style=style),
-                      _duration(t.uptime_s), str(t.restarts), Text(t.last_line[-70:]))
+                      _duration(t.uptime_s), str(t.restarts), _speed(task_speed(t, patterns)),
+                      Text(t.last_line[-70:]))
     for host, why in st.unreachable.items():
-        table.add_row("*", host, "–", Text("unreachable", style="red"), "–", "–",
+        table.add_row("*", host, "–", Text("unreachable", style="red"), "–", "–", "–",
                       Text(why[-70:]))
     console().print(table)
     for host in st.unreachable:  # in full below the table, whose columns would cut it short
         secho(f"{host} {st.reach_words(host, time.time())}: its tasks are unknown", fg="red")
+    for silence in st.silences:  # the host answers us, not the chief: its tasks keep running
+        secho(silence.words(time.time()), fg="yellow")
     _say_lost_to_restarts(st)
 
 
@@ -232,8 +237,28 @@ def _say_lost_to_restarts(st: RunStatus) -> None:
         lost = [t.name for t in st.tasks if t.host == host and t.awaits_restart]
         secho(f"{host} restarted at {clock_hms(at)}: {', '.join(lost)} lost; `tfctl restart "
               f"{host}` starts {'it' if len(lost) == 1 else 'them'} again in this run", fg="red")
-    for silence in st.silences:  # the host answers us, not the chief: its tasks keep running
-        secho(silence.words(time.time()), fg="yellow")
+
+
+def task_speed(task: TaskStatus, patterns: Sequence[str] = ()) -> tuple[float, str] | None:
+    """The speed a running task's newest log lines state (`tfctl.remote.agent.speed`), if any."""
+    from tfctl.remote.agent.speed import SpeedReader
+
+    if task.state != "running":
+        return None
+    reader = SpeedReader(patterns)
+    for line in reversed(task.last_lines or (task.last_line,)):
+        found = reader.value(line)
+        if found is not None:
+            return found
+    return None
+
+
+def _speed(found: tuple[float, str] | None) -> str:
+    if found is None:
+        return "–"
+    value, unit = found
+    number = f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+    return number if unit == "steps/s" else f"{number} {unit}"
 
 
 def _duration(seconds: float | None) -> str:

@@ -11,7 +11,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -209,9 +209,14 @@ def _up_json(st: RunStatus, chosen: Selection) -> dict[str, Any]:
             "tasks": [_task_json(t) for t in st.tasks]}
 
 
-def _task_json(t: Any) -> dict[str, Any]:
+def _task_json(t: Any, patterns: Sequence[str] = ()) -> dict[str, Any]:
+    """A task as JSON, with the speed its last lines state (`speed_per_s`, `speed_unit`)."""
+    from tfctl.tui.cli.output import task_speed
+
     data = dict(t.__dict__)
     data["last_lines"] = list(t.last_lines)
+    speed = task_speed(t, patterns)
+    data["speed_per_s"], data["speed_unit"] = speed if speed else (None, None)
     return data
 
 
@@ -309,6 +314,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
         return
     st, run, stopped = report.status, report.run, list(report.stopped)
     fatal = describe_fatal(st.fatal) if st.fatal is not None else None
+    patterns = controller.inventory.job.throughput
     if as_json:
         click.echo(json.dumps({"run_id": st.run_id, "source": run.source,
                                "job_ended": st.job_ended, "exit_code": st.exit_code,
@@ -316,10 +322,10 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "unreachable": dict(st.unreachable),
                                "hosts": st.reach(run.hosts, time.time()),
                                "silences": [s.to_json(time.time()) for s in st.silences],
-                               "tasks": [_task_json(t) for t in st.tasks]}, indent=2))
+                               "tasks": [_task_json(t, patterns) for t in st.tasks]}, indent=2))
         return
     click.echo(f"run {st.run_id} (from the {run.source})")
-    _print_status(st)
+    _print_status(st, patterns)
     for t in st.tasks:  # how each failed task ended, in its own words: the error line first
         if t.failed and t.last_lines:
             failure = explain(t.last_lines, keep=STATUS_TAIL_LINES)
@@ -336,10 +342,10 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
 STATUS_TAIL_LINES = 5
 
 
-def _print_status(st: RunStatus) -> None:
+def _print_status(st: RunStatus, patterns: Sequence[str] = ()) -> None:
     from tfctl.tui.cli.output import status_table
 
-    status_table(st)
+    status_table(st, patterns)
 
 
 @click.command()

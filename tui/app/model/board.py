@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from tfctl.inventory.plan import Plan, Task
+from tfctl.remote.agent.speed import SpeedReader
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.status import RunStatus, TaskStatus, job_ended, job_exit_code
 from tfctl.tui.app.model import cells
@@ -71,9 +72,18 @@ class Board:
     run_hosts: tuple[str, ...] = ()
     finished_exit_code: int | None = None
     links: dict[str, HostLink] = field(default_factory=dict)
-    rates: dict[str, float] = field(default_factory=dict)
+    rates: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Task → its last stated speed and unit, read by the recorder's own reader (`speed`)."""
     finalize_requested: str | None = None
     _plan_index: dict[str, Task] | None = field(default=None, repr=False)
+    _speed: SpeedReader | None = field(default=None, repr=False)
+
+    @property
+    def speed(self) -> SpeedReader:
+        """The job's `throughput:` regexes, else the default forms: what the hosts record."""
+        if self._speed is None:
+            self._speed = SpeedReader(self.plan.inventory.job.throughput)
+        return self._speed
 
     def _planned(self) -> dict[str, Task]:
         if self._plan_index is None:
@@ -136,9 +146,9 @@ class Board:
             self._note_rate(task, line)
 
     def _note_rate(self, task: str, line: str) -> None:
-        value = cells.steps_per_sec(line)
-        if value is not None:
-            self.rates[task] = value
+        found = self.speed.value(line)
+        if found is not None:
+            self.rates[task] = found
 
     # -- reads ------------------------------------------------------------------------------
     def tasks(self) -> list[TaskStatus]:
@@ -238,9 +248,10 @@ class Board:
         up = _uptime_now(task, task_link.polled_at_s, now_s)
         rate = None
         if task.state == "running":
-            rate = cells.steps_per_sec(task.last_line) or self.rates.get(name)
+            rate = self.speed.value(task.last_line) or self.rates.get(name)
         return TaskRow(name, task.host, _mask(mask), state, exit_text, cells.duration(up),
-                       _restarts(task.restarts, limit), cells.rate(rate), task.last_line, level)
+                       _restarts(task.restarts, limit), cells.rate(*rate) if rate else cells.DASH,
+                       task.last_line, level)
 
 
 def _since(word: str, wall_s: float | None) -> str:

@@ -1,4 +1,4 @@
-"""Pure text for the dashboard's cells: bars, sparklines, units, durations, rates, owners.
+"""Pure text for the dashboard's cells: bars, sparklines, units, durations, speeds, owners.
 
 No textual import: these are table-tested on their own, and the widgets only place their output.
 Every formatter takes `None` as "not available" and says "n/a" (or "–"), never 0.
@@ -6,25 +6,16 @@ Every formatter takes `None` as "not available" and says "n/a" (or "–"), never
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 
+from tfctl.remote.agent.speed import EXAMPLES_PER_S, STEPS_PER_S
 from tfctl.remote.gpus.history import HostTelemetry
 
 NA = "n/a"
 DASH = "–"
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 _SPARK = "▁▂▃▄▅▆▇█"
-
-_RATE_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
-    # (pattern, inverse): inverse means the number is seconds per step.
-    (re.compile(r"steps_per_sec(?:ond)?\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)"), False),
-    (re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*steps?/s(?:ec)?\b"), False),
-    (re.compile(r"global_step/sec\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)"), False),
-    (re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*sec/batch"), True),
-)
-
 
 def bar(fraction: float | None, width: int) -> str:
     """A left-aligned block bar of exactly `width` cells, in eighths; blank when unknown."""
@@ -100,25 +91,13 @@ def clock_hms(wall_s: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall_s))
 
 
-def steps_per_sec(line: str) -> float | None:
-    """The training rate a log line states, if it states one.
-
-    Understands `steps_per_sec=41.2`, `41.2 steps/s`, Estimator's `global_step/sec: 41.2` and the
-    classic `(2580.3 examples/sec; 0.050 sec/batch)` (rate = 1 / sec per batch)."""
-    for pattern, inverse in _RATE_PATTERNS:
-        match = pattern.search(line)
-        if match is None:
-            continue
-        value = float(match.group(1))
-        if inverse:
-            return 1.0 / value if value > 0 else None
-        return value
-    return None
-
-
-def rate(value: float | None) -> str:
+def rate(value: float | None, unit: str = STEPS_PER_S) -> str:
+    """A training speed for the steps/s column (`tfctl.remote.agent.speed` reads it from the
+    logs); a speed the log gives only in examples/s is marked `ex`; "–" when unknown."""
     if value is None:
         return DASH
+    if unit == EXAMPLES_PER_S:
+        return f"{value:.0f}ex" if value < 1e5 else f"{value / 1000:.0f}kex"
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
