@@ -61,8 +61,8 @@ def report(gaps: list[tuple[Package, list[str]]], *, can_install: bool) -> str:
     if can_install:
         return f"system programs missing: {programs}; installing {names}"
     skipped = "; ".join(f"{package.needed_by} ({' '.join(absent)})" for package, absent in gaps)
-    return (f"system programs missing: {programs} (not root: install {names} yourself); "
-            f"skipped or failing without them: {skipped}")
+    return (f"system programs missing: {programs} (neither root nor sudo: install {names} "
+            f"yourself); skipped or failing without them: {skipped}")
 
 
 def main(argv: list[str]) -> int:
@@ -70,7 +70,9 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     gaps = missing(read_list())
-    can_install = os.geteuid() == 0 and shutil.which("apt-get") is not None
+    # scripts/test runs apt-get as root, or through sudo for a user
+    can_install = shutil.which("apt-get") is not None and (
+        os.geteuid() == 0 or shutil.which("sudo") is not None)
     print(report(gaps, can_install=can_install), file=sys.stderr)
     print(" ".join(package.name for package, _ in gaps))
     return 0

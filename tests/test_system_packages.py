@@ -26,12 +26,13 @@ BASE_SYSTEM = frozenset({
     "sh", "bash", "dash", "sleep", "true", "false", "rm", "env", "timeout", "cat", "setsid",
     "unshare", "nsenter", "setpriv", "mount", "umount", "hostname", "getent", "apt-get", "id",
 })
-# Not Debian packages: the interpreter the README requires, the venv's programs, and the
-# test-only stand-ins a test puts on the hosts' PATH itself.
+# Not installed by scripts/test: the interpreter the README requires, the venv's programs, the
+# test-only stand-ins a test puts on the hosts' PATH itself, and sudo where a user has it.
 PROVIDED = {
     "python3": "the README's prerequisite",
     "nvidia-smi": "tests/fakes/nvidia_smi_standin.py, put on the lab hosts' PATH",
     "lab-probe": "written onto the host's PATH by tests/test_lab.py itself",
+    "sudo": "scripts/test's way to apt-get for a user who is not root, used only where present",
 }
 
 

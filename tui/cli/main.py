@@ -28,8 +28,13 @@ from tfctl.tui.cli.context import (
 
 # Commands import these from `tfctl.tui.cli.context` (no cycle with this module); re-exported
 # for code written against main.
-__all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Context",
-           "main", "obj", "run"]
+__all__ = ["COMMANDS", "DISTRIBUTION", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
+           "Context", "main", "obj", "run"]
+
+DISTRIBUTION = "tfctl-lab"
+"""The name tfctl is installed under (pyproject.toml's `project.name`; `tfctl` on PyPI is another
+project): `--version` reads the installed version from its metadata, written only in
+pyproject.toml."""
 
 
 class TfctlGroup(click.Group):
@@ -96,7 +101,7 @@ def _message(exc: Exception) -> str:
 @click.option("--color/--no-color", "color", default=None,
               help="Colour the output even when it is not a terminal, or never (default: on a "
                    "terminal, unless NO_COLOR is set).")
-@click.version_option("0.1.0", prog_name="tfctl")
+@click.version_option(package_name=DISTRIBUTION, prog_name="tfctl")
 @click.pass_context
 def main(ctx: click.Context, inventory_path: str | None, hostfile: str | None,
          connect_timeout_s: float, accept_new_host_keys: bool, persist_s: float,
