@@ -4,8 +4,9 @@ at the moments that matter.
 During sync, while the parameter servers start, while the workers start: `up` exits 130, says
 what it cleaned, and nothing is left on any host — no task, no supervisor, no agent, no rsync
 (each lab host's namespace holds only its sshd listener again) and no task port bound. The run
-directories stay, with their logs, marked aborted by which signal. `tests/lightjob.py --listen-delay S` makes a
-task take S seconds before it listens, like a TensorFlow server importing TensorFlow.
+directories stay, with their logs, marked aborted by which signal. `tests/lightjob.py
+--listen-delay S` makes a task take S seconds before it listens, like a TensorFlow server
+importing TensorFlow.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_id
+from tfctl.remote.agent.disk import records_state
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.run import (
     AgentError,
@@ -158,7 +159,7 @@ def op_status(req: dict[str, Any], seen: dict[str, Any] | None = None) -> dict[s
             "inventory": manifest.get("inventory"), "hostname": hostname(),
             "finished": read_json(os.path.join(run_dir, "finished.json")),
             "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks,
-            "silences": watcher_silences(run_dir)}
+            "silences": watcher_silences(run_dir), "records": records_state(run_dir)}
 
 
 def op_stop(req: dict[str, Any]) -> dict[str, Any]:

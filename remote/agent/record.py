@@ -15,6 +15,9 @@ The run's watcher (`watch.py`) drives it, so recording needs no client connected
   `seconds,index,pid,used MiB,owner` — a task of this run (`worker:0`), of another run, or
   `foreign:<user>`.
 - `events.jsonl`: task starts, restarts and exits (status or signal), and the job's end.
+
+On a full disk the records stop rather than end the watcher, and resume once there is room
+(`disk.py`: `records.state` says so where it costs no room; the gap becomes a `records` event).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import time
 from typing import Any
 
+from tfctl.remote.agent.disk import RecordSpace
 from tfctl.remote.agent.nvfields import (
     NVSMI_RECORD_ATTRS,
     nvsmi_choose,
@@ -41,6 +45,29 @@ GPU_LOG_CAP_BYTES = 64 << 20
 OWNER_EVERY_S = 10.0
 NVSMI_ANSWER_S = 10.0  # a one-off query that takes longer: nvidia-smi hangs (a stuck driver)
 GPU_LIST_FIELDS = ("index", "uuid", "name", "memory.total")
+_spaces: dict[str, RecordSpace] = {}
+
+
+def space_of(run_dir: str) -> RecordSpace:
+    """The one RecordSpace of this run directory in this process (the watcher's)."""
+    if run_dir not in _spaces:
+        _spaces[run_dir] = RecordSpace(run_dir)
+    return _spaces[run_dir]
+
+
+def append_record(run_dir: str, name: str, text: str) -> bool:
+    """`text` appended to the record `name` while the records may be written; False when it
+    was not (they are stopped, or this write was refused: then they stop)."""
+    space = space_of(run_dir)
+    if not space.ok:
+        return False
+    try:
+        with open(os.path.join(run_dir, name), "a") as out:
+            out.write(text)
+    except OSError as exc:
+        space.failed(exc, name)
+        return False
+    return True
 
 
 class GpuRecorder:
@@ -80,7 +107,10 @@ class GpuRecorder:
                       "memory_total_mib": compact(row[3])} for row in gpus if len(row) == 4]}
         if why is not None:
             info["unrecorded"] = why
-        write_json(os.path.join(self.run_dir, "gpus.json"), info)
+        try:
+            write_json(os.path.join(self.run_dir, "gpus.json"), info)
+        except OSError as exc:
+            space_of(self.run_dir).failed(exc, "gpus.json")
         if why is None:
             self._stream()
 
@@ -118,7 +148,7 @@ class GpuRecorder:
              "--format=csv,noheader,nounits", "-lms", "1000"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         path = os.path.join(self.run_dir, "gpu.csv")
-        written, last_error = 0, None
+        written, last_error, space = 0, None, space_of(self.run_dir)
         with open(path, "a") as out:
             for line in self.proc.stdout:
                 values = iter(line.strip().split(", "))
@@ -127,8 +157,16 @@ class GpuRecorder:
                 if next(values, None) is not None or not fields[0].isdigit():
                     last_error = nvsmi_error_line(line) or last_error
                     continue  # an XID message or an error line between rows
-                out.write(f"{int(time.time() - self.started)},{','.join(fields)}\n")
-                out.flush()
+                if not space.ok:
+                    continue  # read on, so nvidia-smi never blocks; kept again with room
+                row = f"{int(time.time() - self.started)},{','.join(fields)}\n"
+                try:
+                    out.write(row)
+                    out.flush()
+                except OSError as exc:
+                    space.failed(exc, "gpu.csv")
+                    out.seek(0, os.SEEK_END)  # what did not fit is dropped, not retried
+                    continue
                 written += 1
                 if out.tell() > GPU_LOG_CAP_BYTES:
                     self._note("note", "gpu.csv reached its cap; later samples were not kept")
@@ -150,12 +188,11 @@ class GpuRecorder:
                     self._ask(["--query-gpu=index,uuid"])[0] if len(row) == 2}
         rows, _ = self._ask(["--query-compute-apps=gpu_uuid,pid,used_memory"])
         t = int(time.time() - self.started)
-        with open(os.path.join(self.run_dir, "owners.csv"), "a") as out:
-            for row in rows:
-                if len(row) == 3 and row[1].isdigit():
-                    owner = describe_owner(int(row[1]), self.run_id)
-                    out.write(f"{t},{index_of.get(row[0], '')},{row[1]},{compact(row[2])},"
-                              f"{owner}\n")
+        lines = [f"{t},{index_of.get(row[0], '')},{row[1]},{compact(row[2])},"
+                 f"{describe_owner(int(row[1]), self.run_id)}\n"
+                 for row in rows if len(row) == 3 and row[1].isdigit()]
+        if lines:  # dropped while the records are stopped (a full disk: disk.py)
+            append_record(self.run_dir, "owners.csv", "".join(lines))
 
     def stop(self) -> None:
         self.stopped = True
@@ -189,7 +226,10 @@ class GpuRecorder:
         path = os.path.join(self.run_dir, "gpus.json")
         data = read_json(path) or {}
         data[key] = text
-        write_json(path, data)
+        try:
+            write_json(path, data)
+        except OSError as exc:
+            space_of(self.run_dir).failed(exc, "gpus.json")
 
 
 def compact(value: str) -> str:
@@ -215,6 +255,10 @@ class EventLog:
         self.seen: dict[str, tuple[Any, ...]] = {}
 
     def tick(self) -> None:
+        ended = space_of(self.run_dir).check()  # each tick: the records stop or resume here
+        if ended is not None:
+            self.write({"event": "records", "stopped_at": ended["since"], "why": ended["why"],
+                        "resumed_at": ended["resumed_at"]})
         for name in self.names:
             pid_rec = read_json(task_file(self.run_dir, name, ".pid.json")) or {}
             exit_rec = read_json(task_file(self.run_dir, name, ".exit.json"))
@@ -238,8 +282,7 @@ class EventLog:
 
     def write(self, event: dict[str, Any]) -> None:
         event.setdefault("t", now())
-        with open(os.path.join(self.run_dir, "events.jsonl"), "a") as out:
-            out.write(json.dumps(event) + "\n")
+        append_record(self.run_dir, "events.jsonl", json.dumps(event) + "\n")
 
 
 class ThroughputTail:
@@ -259,6 +302,8 @@ class ThroughputTail:
             path = task_file(self.run_dir, name, ".log")
             try:
                 with open(path, "rb") as log:
+                    if os.fstat(log.fileno()).st_size < self.offsets[name]:
+                        self.offsets[name] = 0  # rotated (run.py's TaskLog): a new file
                     log.seek(self.offsets[name])
                     data = log.read(1 << 20)
             except OSError:
@@ -270,8 +315,7 @@ class ThroughputTail:
                 if found is not None:
                     rows.append(f"{t},{name},{found[0]:g},{found[1]}\n")
         if rows:
-            with open(os.path.join(self.run_dir, "throughput.csv"), "a") as out:
-                out.writelines(rows)
+            append_record(self.run_dir, "throughput.csv", "".join(rows))
 
     def value(self, line: str) -> tuple[float, str] | None:
         return self.reader.value(line)

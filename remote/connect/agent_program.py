@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 AGENT_FILES = ("wire.py", "proc.py", "run.py", "state.py", "sync.py", "wait.py", "tfprobe.py",
-               "nvfields.py", "speed.py", "record.py", "watch.py", "main.py", "up.py",
+               "nvfields.py", "speed.py", "disk.py", "record.py", "watch.py", "main.py", "up.py",
                "boot.py", "lost.py")
 # Imported only for building the program or for annotations (strings under `from __future__
 # import annotations`): cut from the program, saving ~10 ms of imports at each agent start.

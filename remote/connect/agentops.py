@@ -167,6 +167,8 @@ class StatusAnswer:
     hostname: str | None = None
     silences: tuple[Raw, ...] = ()
     """What the run's watcher there cannot reach now (agent/watch.py): task, since, why."""
+    records: Raw | None = None
+    """Since when and why the run's records stopped there (agent/disk.py), or None."""
 
 
 def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1,
@@ -178,7 +180,7 @@ def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1,
     a = agentclient.call(t, "status", args)
     return StatusAnswer(a["run_id"], a["run_dir"], tuple(a.get("tasks", ())), a.get("finished"),
                         bool(a.get("live")), a.get("created_at"), a.get("inventory"),
-                        a.get("hostname"), tuple(a.get("silences") or ()))
+                        a.get("hostname"), tuple(a.get("silences") or ()), a.get("records"))
 
 
 @dataclass(frozen=True)

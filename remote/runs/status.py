@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfctl.remote.connect import agentops
@@ -100,6 +100,8 @@ class RunStatus:
     """Wall-clock time this read began: an unreachable host has not answered since then."""
     silences: tuple[Silence, ...] = ()
     """Hosts whose watcher cannot reach the chief's port now (silence, not a refusal)."""
+    records_stopped: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """host → since when and why the run's records stopped there (a full disk)."""
 
     def unreachable_since(self, host: str) -> float | None:
         if host not in self.unreachable:
@@ -161,14 +163,29 @@ def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAn
     tasks: list[TaskStatus] = []
     finished: Mapping[str, Any] | None = None
     silences: list[Silence] = []
+    records: dict[str, Mapping[str, Any]] = {}
     for host, answer in answers.items():
         finished = finished or answer.finished
         tasks += [task_from_agent(host, raw) for raw in answer.tasks]
         silences += silences_from(host, answer.silences)
+        if answer.records:
+            records[host] = answer.records
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
-                     acting_chief_of(style), asked_at, silences=tuple(silences))
+                     acting_chief_of(style), asked_at, silences=tuple(silences),
+                     records_stopped=records)
+
+
+def records_words(host: str, state: Mapping[str, Any]) -> str:
+    """`records stopped on h2 since 21:16:24: disk full (12 KiB free) ...`: a host's watcher
+    keeps no records while its disk has no room (agent/disk.py); the tasks are not touched."""
+    since = state.get("since")
+    when = f" since {clock_hms(float(since))}" if isinstance(since, int | float) else ""
+    free = state.get("free_bytes")
+    room = f" ({int(free) // 1024} KiB free)" if isinstance(free, int) else ""
+    return (f"records stopped on {host}{when}: {state.get('why') or 'disk full'}{room}; its "
+            "tasks keep running, and the records resume once there is room")
 
 
 def acting_chief_of(style: str) -> str | None:

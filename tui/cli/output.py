@@ -210,6 +210,8 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from tfctl.remote.runs.status import records_words
+
     table = Table(show_edge=False, pad_edge=False)
     for col in ("task", "host", "pid", "state", "up", "restarts", "steps/s", "last line"):
         table.add_column(col, overflow="ellipsis", no_wrap=col != "last line")
@@ -226,6 +228,8 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
         secho(f"{host} {st.reach_words(host, time.time())}: its tasks are unknown", fg="red")
     for silence in st.silences:  # the host answers us, not the chief: its tasks keep running
         secho(silence.words(time.time()), fg="yellow")
+    for host, state in st.records_stopped.items():
+        secho(records_words(host, state), fg="yellow")
     _say_lost_to_restarts(st)
 
 

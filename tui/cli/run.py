@@ -308,7 +308,8 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
         if as_json:
             click.echo(json.dumps({"run_id": None, "source": None, "job_ended": False,
                                    "exit_code": None, "fatal": None, "stopped": [],
-                                   "unreachable": {}, "silences": [], "tasks": []}, indent=2))
+                                   "unreachable": {}, "silences": [], "records_stopped": {},
+                                   "tasks": []}, indent=2))
             return
         click.echo("no run yet: start one with `tfctl up`")
         return
@@ -322,6 +323,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "unreachable": dict(st.unreachable),
                                "hosts": st.reach(run.hosts, time.time()),
                                "silences": [s.to_json(time.time()) for s in st.silences],
+                               "records_stopped": dict(st.records_stopped),
                                "tasks": [_task_json(t, patterns) for t in st.tasks]}, indent=2))
         return
     click.echo(f"run {st.run_id} (from the {run.source})")
