@@ -1,4 +1,6 @@
-"""Shared test setup: the SSH test lab's fixtures (tests/lab) and stopping what a test started."""
+"""Shared test setup: the SSH test lab's fixtures (tests/lab), stopping what a test started, and
+the session's end, which fails the run when a process the suite started still runs
+(tests/leftovers.py)."""
 
 import os
 import time
@@ -7,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import leftovers
 from tests.labtools import tfctl
 
 pytest_plugins = ["tests.lab.fixtures"]
+
+# Every process the suite starts inherits this session's marker (tests/leftovers.py); set before
+# any test, replacing one an outer pytest set.
+os.environ[leftovers.SESSION_VAR] = leftovers.session_token()
+_test_starts: list[tuple[float, str]] = []
+"""(seconds since boot, test id) as each test began: which test a leftover process came from."""
 
 # Commands keep no connections for the next one unless a test asks (tests/test_lab_hold.py):
 # a holder from one test would serve the next test's commands, whose lab may have changed.
@@ -39,3 +48,43 @@ def utc() -> Iterator[None]:
     else:
         os.environ["TZ"] = before
     time.tzset()
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _test_starts.append((leftovers.boot_seconds(), nodeid))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Nothing the suite started may outlive it. Runs after the session's fixtures are torn
+    down (the lab and its hosts are gone). The connection holders the suite's commands left
+    (they outlive a command by --persist seconds, by design) are ended here; any other process
+    carrying this session's marker fails the run, is named with the test it started during,
+    and is ended too, so that nothing is left behind either way."""
+    token = os.environ[leftovers.SESSION_VAR]
+    found = leftovers.session_processes(token)
+    holders = [p for p in found if p.is_holder]
+    leftovers.end(p.pid for p in holders)
+    left = leftovers.wait_gone(token, timeout_s=10.0)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"error: {len(left)} process(es) the test session started still run "
+             f"({leftovers.SESSION_VAR}={token}); ended now:"]
+    lines += [f"  {p.describe()}\n    started during {_started_during(p.started_s)}"
+              for p in sorted(left, key=lambda p: p.started_s)]
+    leftovers.end(p.pid for p in left)
+    if reporter is not None:
+        reporter.write("\n")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _started_during(started_s: float) -> str:
+    before = [nodeid for at, nodeid in _test_starts if at <= started_s + 0.01]
+    return before[-1] if before else "the session's start (before any test)"

@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import leftovers
 from tests.export_cases import CASES, inventory, strategy_text
 from tests.fakes.slurm_standin import expand_hostlist, install_slurm_standins
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
@@ -25,6 +27,15 @@ from tfctl.remote.engines.slurm import gpu_positions, node_of, sbatch_script
 from tfctl.remote.runs.endrule import serving_types
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def steps_ended(tmp_path: Path) -> Iterator[None]:
+    """A script cut short (a timeout, a failed assertion) leaves its steps running: every
+    process given this test's records folder is ended after the test."""
+    yield
+    records = str(tmp_path / "records")
+    leftovers.end(p.pid for p in leftovers.processes_with_env("TFCTL_TEST_RECORDS", records))
 
 
 def nodelist(n: int) -> str:

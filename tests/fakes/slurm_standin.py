@@ -9,8 +9,11 @@ writes runs its real bash on a machine without Slurm:
   Slurm does (same rules as TensorFlow's slurm_cluster_resolver.expand_hostlist).
 - `srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE --job-name=NAME --output=FILE CMD...`
   runs CMD here as that one-task step: SLURM_STEP_ID (counted), SLURM_PROCID=0, SLURM_NODEID
-  (NODE's place in SLURM_JOB_NODELIST), SLURMD_NODENAME=NODE, output to FILE; a SIGTERM is
-  passed on to CMD, as srun does. With TFCTL_TEST_STEP_GPUS=4,5 it also sets
+  (NODE's place in SLURM_JOB_NODELIST), SLURMD_NODENAME=NODE, output to FILE. The step is its
+  own process group, and what Slurm does to a step's processes is done to the group: a SIGTERM
+  to srun reaches every process of the step (slurmstepd signals all the processes it tracks,
+  not only the first), and when CMD ends whatever it left in the step is killed (Slurm ends a
+  step's processes with the step). With TFCTL_TEST_STEP_GPUS=4,5 it also sets
   CUDA_VISIBLE_DEVICES=4,5 in the step, like a Slurm that binds GPUs (gres.conf with File=).
 - `python3 ARGS...` writes what the task was given (argv, environment, cwd) as JSON into
   $TFCTL_TEST_RECORDS/<task>.json (task from TFCTL_TASK, `:` as `-`) and exits 0 at once; a task
@@ -22,6 +25,7 @@ writes runs its real bash on a machine without Slurm:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -91,10 +95,26 @@ def srun(args: list[str]) -> int:
                SLURM_STEP_NODELIST=node, SLURM_JOB_NAME=options.get("job-name", ""))
     if os.environ.get("TFCTL_TEST_STEP_GPUS"):
         env["CUDA_VISIBLE_DEVICES"] = os.environ["TFCTL_TEST_STEP_GPUS"]
+    step: list[int] = []  # the step's process group, once started
+    pending: list[int] = []  # a signal that came before it
+
+    def forward(signum: int, _frame: object) -> None:
+        if step:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(step[0], signum)
+        else:
+            pending.append(signum)
+
+    signal.signal(signal.SIGTERM, forward)  # before the step starts: no SIGTERM is lost
     with open(options["output"], "ab") as out:
-        child = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
-        signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+        child = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 preexec_fn=os.setpgrp)
+        step.append(child.pid)
+        for signum in pending:
+            forward(signum, None)
         rc = child.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)  # the step has ended: so has all it started
     return 128 - rc if rc < 0 else rc
 
 

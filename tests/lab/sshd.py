@@ -7,11 +7,14 @@ they are exactly what a real machine would present.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from tests.leftovers import SESSION_VAR
 
 SSHD = "/usr/sbin/sshd"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -62,8 +65,11 @@ def write_config(
 
     `home` (when given) becomes the session's HOME and SFTP start directory, so each host has its
     own `~` like a real machine, and the shared /root/.bashrc is not sourced on every command.
+    Under a test session its marker (TFCTL_TEST_SESSION, tests/leftovers.py) is set in every
+    SSH session too, so what a session starts on the host, detached or not, is the suite's.
     """
     env_path = ":".join([*map(str, path_dirs), SYSTEM_PATH])
+    marker = os.environ.get(SESSION_VAR)
     sftp = "internal-sftp" + (f" -d {home}" if home is not None else "")
     lines = [
         f"ListenAddress {listen}:{port}",
@@ -90,7 +96,8 @@ def write_config(
         "AcceptEnv LANG LC_*",
         f"Subsystem sftp {sftp}",
         "LogLevel VERBOSE",
-        "SetEnv PATH=" + env_path + (f" HOME={home}" if home is not None else ""),
+        "SetEnv PATH=" + env_path + (f" HOME={home}" if home is not None else "")
+        + (f" {SESSION_VAR}={marker}" if marker else ""),
     ]
     path.write_text("\n".join(lines) + "\n")
 
