@@ -301,6 +301,7 @@ class SlurmLogFollower:
         if not res.ok:
             return LogBatch(errors={self.t.host.name: res.tail() or "reading the logs failed"})
         files = self._files()
+        hosts = {task.name: task.host for task in self.job.tasks}  # `sbatch`: where it runs
         batch = LogBatch()
         for line in res.stdout.splitlines():
             parts = line.split(" ")
@@ -313,8 +314,10 @@ class SlurmLogFollower:
             self.offsets[name] = offset
             if reset:
                 self.partial.pop(name, None)
-            batch.lines += [(name, text) for text in self._split(
-                name, _b64(parts[4] if len(parts) > 4 else ""))]
+            lines = self._split(name, _b64(parts[4] if len(parts) > 4 else ""))
+            if lines:
+                batch.hosts[name] = hosts.get(name, self.t.host.name)
+            batch.lines += [(name, text) for text in lines]
         return batch
 
     def _split(self, task: str, text: str) -> list[str]:

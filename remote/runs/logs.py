@@ -14,6 +14,8 @@ class LogBatch:
     lines: list[tuple[str, str]] = field(default_factory=list)
     """(task, line) in arrival order per task."""
     errors: dict[str, str] = field(default_factory=dict)
+    hosts: dict[str, str] = field(default_factory=dict)
+    """task → the host its log lives on, for every task with lines here."""
 
 
 class LogFollower:
@@ -43,7 +45,10 @@ class LogFollower:
                     continue
                 if chunk.reset:
                     self.partial.pop(task, None)
-                batch.lines += [(task, line) for line in self._split(task, chunk.data)]
+                lines = self._split(task, chunk.data)
+                if lines:
+                    batch.hosts[task] = host
+                batch.lines += [(task, line) for line in lines]
         return batch
 
     def _split(self, task: str, text: str) -> list[str]:

@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +20,10 @@ from tfctl.tui.cli.context import (
     complete_tasks,
     obj,
 )
+from tfctl.tui.cli.output import echo, error_line, print_json, say
+
+if TYPE_CHECKING:
+    from tfctl.remote.runs.logs import LogBatch
 
 COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_green",
            "bright_yellow", "bright_magenta", "bright_blue")
@@ -28,10 +35,16 @@ COLOURS = ("cyan", "green", "yellow", "magenta", "blue", "bright_cyan", "bright_
 @click.option("-n", "--lines", "n_lines", type=int, default=20, show_default=True,
               help="Lines of each log to start from.")
 @click.option("--run", "run_id", metavar="ID", help="Another run than the current one.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line on stdout: {task, host, line, read_at} (with -f "
+                   "too, each line as it comes); hosts that could not be read: `error:` lines "
+                   "on stderr.")
 @click.pass_context
 def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
-         run_id: str | None) -> None:
+         run_id: str | None, as_json: bool) -> None:
     """Print the run's task logs, merged and prefixed by task (`worker:1 | ...`).
+
+    Exits 1 when a host's logs could not be read (without -f; with -f it keeps trying).
 
     \b
     Example:
@@ -39,32 +52,64 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
       tfctl logs worker:0 ps:0 -n 100
       tfctl logs -f              # follow all tasks until Ctrl-C
       tfctl logs --run 20261123-221410-90d6 worker:0
+      tfctl logs -f --json | jq -r 'select(.task == "worker:0") | .line'
     """
     from tfctl.remote.runs.controller import RunController
+    from tfctl.tui.cli.run import _one_line_errors
 
     c = obj(ctx)
-    with RunController(c.load(), c.ssh_options()) as controller:
+    with RunController(c.load(), c.ssh_options()) as controller, _one_line_errors(as_json):
         if run_id:
             controller.select_run(run_id)
         follower = controller.log_follower(set(tasks) or None)
         if follower is None:
+            if as_json:
+                say("no run yet: start one with `tfctl up`")
+                return
             click.echo("no run yet: start one with `tfctl up`")
             return
-        colour: dict[str, str] = {}
-        width = 0
+        show = _json_lines if as_json else _prefixed_lines()
         batch = follower.poll(tail_lines=n_lines)
         while True:
-            for task, line in batch.lines:
-                colour.setdefault(task, COLOURS[len(colour) % len(COLOURS)])
-                width = max(width, len(task))
-                prefix = click.style(f"{task:<{width}} |", fg=colour[task])
-                click.echo(f"{prefix} {line}")
+            show(batch)
             for host, why in batch.errors.items():
-                click.secho(f"{host}: {why}", fg="red", err=True)
+                if as_json:
+                    echo(f"error: {host}: {why}", err=True)
+                else:
+                    click.secho(f"{host}: {why}", fg="red", err=True)
             if not follow:
+                if batch.errors:
+                    sys.exit(EXIT_FAILED)
                 return
             time.sleep(0.5)
             batch = follower.poll()
+
+
+def _prefixed_lines() -> Callable[[LogBatch], None]:
+    """`worker:1 | line`, each task in its own colour, the prefixes as wide as the widest yet."""
+    colour: dict[str, str] = {}
+    width = 0
+
+    def show(batch: LogBatch) -> None:
+        nonlocal width
+        for task, line in batch.lines:
+            colour.setdefault(task, COLOURS[len(colour) % len(COLOURS)])
+            width = max(width, len(task))
+            prefix = click.style(f"{task:<{width}} |", fg=colour[task])
+            click.echo(f"{prefix} {line}")
+
+    return show
+
+
+def _json_lines(batch: LogBatch) -> None:
+    """One JSON object per log line (README: Machine-readable output); click.echo flushes each,
+    so `logs -f --json` hands every line on as it is read. `read_at` is when tfctl read it
+    from the host (with -f within about half a second of its writing; the log holds no time
+    of its own)."""
+    read_at = datetime.now().astimezone().isoformat(timespec="milliseconds")
+    for task, line in batch.lines:
+        click.echo(json.dumps({"task": task, "host": batch.hosts.get(task), "line": line,
+                               "read_at": read_at}))
 
 
 def _complete_host_list(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
@@ -77,15 +122,19 @@ def _complete_host_list(ctx: click.Context, param: click.Parameter, incomplete: 
 @click.command("exec")
 @click.option("--hosts", "only", default="", shell_complete=_complete_host_list,
               help="Comma-separated host names (default: all).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object on stdout: each host's exit status, stdout and stderr "
+                   "(README: Machine-readable output).")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_context
-def exec_(ctx: click.Context, only: str, command: tuple[str, ...]) -> None:
+def exec_(ctx: click.Context, only: str, as_json: bool, command: tuple[str, ...]) -> None:
     """Run a command on every host in parallel; output grouped per host; worst exit status.
 
     \b
     Example:
       tfctl exec -- nvidia-smi -L
       tfctl exec --hosts titan,gtx970 -- df -h /data
+      tfctl exec --json -- nvidia-smi -L | jq '.hosts | map_values(.exit_code)'
     """
     import shlex
 
@@ -101,14 +150,28 @@ def exec_(ctx: click.Context, only: str, command: tuple[str, ...]) -> None:
     line = shlex.join(command)
     with Fleet(inv, c.ssh_options()) as fleet:
         result = fleet.map(lambda t: t.run(line, timeout_s=None), names)
-    worst = 0
+    worst = max([r.exit_code for r in result.succeeded.values()]
+                + [EXIT_FAILED for _ in result.failed], default=0)
+    if as_json:
+        print_json(_exec_json(line, names, result.succeeded, result.failed, worst))
+        for exc in result.failed.values():
+            echo(error_line(exc), err=True)
+        sys.exit(worst)
     for host, res in result.succeeded.items():
         _print_host(host, res)
-        worst = max(worst, res.exit_code)
     for host, exc in result.failed.items():
         click.secho(f"── {host}: {exc}", fg="red", bold=True)
-        worst = max(worst, EXIT_FAILED)
     sys.exit(worst)
+
+
+def _exec_json(line: str, names: list[str], done: Mapping[str, Any],
+               failed: Mapping[str, Exception], worst: int) -> dict[str, Any]:
+    """`exec --json`'s object: the hosts in the inventory's order, those that ran the command
+    under `hosts`, those that could not be reached or failed to run it under `failed`."""
+    return {"command": line, "ok": worst == 0, "exit_code": worst,
+            "hosts": {h: {"exit_code": done[h].exit_code, "stdout": done[h].stdout,
+                          "stderr": done[h].stderr} for h in names if h in done},
+            "failed": {h: str(failed[h]) for h in names if h in failed}}
 
 
 def _print_host(host: str, res: Any) -> None:
