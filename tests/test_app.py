@@ -275,6 +275,56 @@ async def test_restart_asks_then_restarts_the_selected_task() -> None:
                     in notes)
 
 
+def _gtx970_restarted(ctl: FakeController, at_s: float) -> None:
+    """gtx970 rebooted under the run: its tasks lost to the restart, the rest running."""
+    with ctl.lock:
+        ctl.tasks["gtx970"] = tuple(replace(t, state="lost", pid=None, uptime_s=None,
+                                            host_restarted_at_s=at_s)
+                                    for t in ctl.tasks["gtx970"])
+
+
+@sync
+async def test_restart_offers_to_start_a_task_lost_to_its_hosts_restart_again() -> None:
+    app, ctl, notes = lab_app()
+    at = time.time() - 60
+    _gtx970_restarted(ctl, at)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: polled(app))
+        table = app.query_one(TasksTable)
+        said = f"lost (host restarted at {time.strftime('%H:%M:%S', time.localtime(at))})"
+        await until(pilot, lambda: table.row("worker:4").state == said)
+        table.focus()
+        table.move_cursor(row=[t.name for t in ctl.plan.tasks].index("worker:4"))
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.startswith("Start worker:4 again?\nLost (gtx970 restarted at")
+        await pilot.press("y")
+        await until(pilot, lambda: ctl.called("restart") == [("restart", "worker:4")])
+        assert not ctl.called("restart_task")  # a lost task is started, not stopped first
+        await until(pilot, lambda: ("Restart worker:4", "Started worker:4 again on gtx970.",
+                                    "information") in notes)
+        await until(pilot, lambda: table.row("worker:4").state == "running")
+
+
+@sync
+async def test_restart_on_a_host_starts_every_task_its_restart_lost_again() -> None:
+    app, ctl, notes = lab_app()
+    _gtx970_restarted(ctl, time.time() - 60)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: polled(app))
+        cluster = app.query_one(ClusterView)
+        await until(pilot, lambda: any(h.name == "gtx970" for h in cluster.hosts))
+        cluster.focus()
+        cluster.cursor = [h.name for h in cluster.hosts].index("gtx970")
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.startswith("Start ps:1, worker:4 again?")
+        await pilot.press("y")
+        await until(pilot, lambda: ctl.called("restart") == [("restart", "gtx970")])
+        await until(pilot, lambda: ("Restart gtx970", "Started ps:1, worker:4 again on gtx970.",
+                                    "information") in notes)
+
+
 @sync
 async def test_tunnel_opens_shows_its_url_and_closes() -> None:
     tunnel = FakeTunnel("http://127.0.0.1:6007")

@@ -21,7 +21,9 @@ from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.history.listing import RunSummary
 from tfctl.remote.runs.controller import DownSummary, UpOptions
 from tfctl.remote.runs.current import CurrentRun
+from tfctl.remote.connect.agentops import StartState
 from tfctl.remote.runs.logs import LogBatch
+from tfctl.remote.runs.relaunch import RestartResult
 from tfctl.remote.runs.status import RunStatus, TaskStatus
 from tfctl.tui.app.sources import Finding
 
@@ -225,6 +227,19 @@ class FakeController:
                                            restarts=t.restarts + 1, uptime_s=0.0)
                                    if t.name == task else t for t in ts)
                           for h, ts in self.tasks.items()}
+
+    def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
+        """The lost tasks of host `target` (or the lost task `target`) running again."""
+        self._record("restart", target)
+        with self.lock:
+            lost = [t for ts in self.tasks.values() for t in ts
+                    if t.state == "lost" and target in (t.host, t.name)]
+            self.tasks = {h: tuple(replace(t, state="running", host_restarted_at_s=None,
+                                           uptime_s=0.0) if t in lost else t for t in ts)
+                          for h, ts in self.tasks.items()}
+        return RestartResult(str(self.run_id), lost[0].host, tuple(t.name for t in lost),
+                             lost[0].host_restarted_at_s, 4242,
+                             {t.name: StartState(t.name, "listening") for t in lost})
 
     def runs(self) -> list[RunSummary]:
         """Two past runs: the one shown and an older one that failed."""

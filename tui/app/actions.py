@@ -13,6 +13,8 @@ from collections.abc import Callable
 from rich.markup import escape
 from textual.app import App
 
+from tfctl.remote.reach import clock_hms
+from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app import messages as msg
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
 from tfctl.tui.app.model.board import Board
@@ -90,7 +92,15 @@ class KeyActions(App[None]):
         self.act("sync", "Sync", self.workers_.do_sync)
 
     def action_restart(self) -> None:
+        """`r`: a lost task under the cursor, or from the Hosts panel every lost task of the
+        host under its cursor, starts again in the run (as `tfctl restart`); any other selected
+        task is stopped and started again."""
         task = self.tasks_table.selected_task
+        on_host = self._hosts_cursor()
+        lost = self._lost_tasks(on_host, None if on_host else task)
+        if lost and self.board.run_id is not None:
+            self._offer_restart_lost(on_host or lost[0].name, lost)
+            return
         if task is None or self.board.run_id is None:
             self.notify("Select a task of a running job first.", title="Restart",
                         severity="warning")
@@ -99,6 +109,30 @@ class KeyActions(App[None]):
                       "the same mask, environment and command.", f"Restart {task}",
                       lambda: self.act("restart", f"Restart {task}",
                                        lambda: self.workers_.do_restart(task)))
+
+    def _hosts_cursor(self) -> str | None:
+        """The host under the Hosts panel's cursor when that panel has the focus."""
+        hosts = self.cluster_view.hosts
+        if self.focused is self.cluster_view and hosts:
+            return hosts[min(self.cluster_view.cursor, len(hosts) - 1)].name
+        return None
+
+    def _lost_tasks(self, host: str | None, task: str | None) -> list[TaskStatus]:
+        """The lost tasks of `host`, or `task` if it is lost, as last read."""
+        return [t for h in self.board.run_hosts for t in self.board.link(h).tasks
+                if t.state == "lost" and (t.host == host or t.name == task)]
+
+    def _offer_restart_lost(self, target: str, lost: list[TaskStatus]) -> None:
+        names = ", ".join(t.name for t in lost)
+        at = next((t.host_restarted_at_s for t in lost if t.host_restarted_at_s), None)
+        why = (f"{lost[0].host} restarted at {clock_hms(at)}" if at is not None
+               else "its supervisor is gone")
+        self._confirm(f"Start {names} again?\nLost ({why}): started again in run "
+                      f"{self.board.run_id} with the same command, environment, mask and port, "
+                      "from its last checkpoint where the trainer restores one.",
+                      f"Start {target} again",
+                      lambda: self.act("restart", f"Restart {target}",
+                                       lambda: self.workers_.do_restart_lost(target)))
 
     def action_tunnel(self) -> None:
         if self.tunnel is None:

@@ -17,7 +17,8 @@ HELP_TEXT = """\
      (asks first where other processes hold the GPUs it assigns)
   [b]d[/b]  down: stop exactly this run's processes (asks first)
   [b]s[/b]  sync the code to every host
-  [b]r[/b]  restart the selected task (asks first)
+  [b]r[/b]  restart the selected task (asks first); a lost one, or from the hosts
+     every lost task of the host, starts again in the run (as `tfctl restart`)
   [b]t[/b]  open / close the TensorBoard tunnel (the URL shows in the header)
   [b]x[/b]  a shell on the selected host, or in the selected task's folder and environment
      (the dashboard comes back when it ends; as `tfctl ssh HOST|TASK`)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
     from tfctl.remote.runs.controller import DownSummary, UpOptions
     from tfctl.remote.runs.current import CurrentRun
+    from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
 
 FindingLevel = Literal["error", "warning", "info"]
@@ -82,6 +83,8 @@ class RunControl(Protocol):
     def down(self, grace_s: float = 10.0) -> DownSummary: ...
 
     def restart_task(self, task: str) -> None: ...
+
+    def restart(self, target: str, wait_s: float | None = None) -> RestartResult: ...
 
     def runs(self) -> Sequence[RunSummaryLike]: ...
 

@@ -286,6 +286,15 @@ class Workers:
         self.controller.restart_task(task)
         return f"Restarted {task}.", task
 
+    def do_restart_lost(self, target: str) -> tuple[str, object]:
+        """The lost tasks of a host, or one lost task, started again (`tfctl restart`)."""
+        result = self.controller.restart(target)
+        said = f"Started {', '.join(result.tasks)} again on {result.host}."
+        failed = [n for n, s in result.states.items() if not s.started]
+        if failed:
+            said += f" {', '.join(failed)} did not start: see the log."
+        return said, result
+
     def do_tunnel(self, open_it: bool) -> tuple[str, object]:
         tunnel = self.tunnel
         assert tunnel is not None
