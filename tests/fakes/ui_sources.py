@@ -15,13 +15,13 @@ from dataclasses import replace
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
+from tfctl.remote.connect.agentops import StartState
 from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
 from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.history.listing import RunSummary
 from tfctl.remote.runs.controller import DownSummary, UpOptions
 from tfctl.remote.runs.current import CurrentRun
-from tfctl.remote.connect.agentops import StartState
 from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.relaunch import RestartResult
 from tfctl.remote.runs.status import RunStatus, TaskStatus
