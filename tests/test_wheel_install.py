@@ -63,7 +63,10 @@ def tree_files() -> list[str]:
 
 
 def in_package(path: str) -> bool:
-    return path.split("/", 1)[0] in PACKAGE_FOLDERS
+    """A module or data file of the package (hidden files and editor backups are neither)."""
+    name = path.rsplit("/", 1)[-1]
+    return (path.split("/", 1)[0] in PACKAGE_FOLDERS and not name.startswith(".")
+            and not name.endswith("~"))
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +229,7 @@ def test_the_wheel_installed_tfctl_runs_a_job_on_the_lab(  # type: ignore[no-unt
     run_id = run_id_from(tfctl("up"))
     assert len(processes_of_run(run_id)) == 4  # ps and worker on h1 and h2
     [holder] = wait_until(lambda: holders(runtime), "the holder the first command left")
-    assert cmdline_of(holder)[0] == str(wheel_venv / "bin" / "python")  # the wheel's holder
+    assert Path(cmdline_of(holder)[0]).parent == wheel_venv / "bin"  # the wheel's holder
     kept = steady_agents(lab)
 
     held_links = {connection_of(p) for pids in kept.values() for p in pids}
