@@ -3,7 +3,8 @@
 Each host's watcher (remote/agent/watch.py) sees worker 0 (the chief of the flags style) end —
 on its own host from the exit record, on the others from its port closing for good — stops its
 parameter servers, records why, and exits; nothing of the run is left on any host. A host cut
-off from the client (and from the chief) still ends its part.
+off from the client (and from the chief) still ends its part, once the silence has lasted the
+job's silence window.
 """
 
 from __future__ import annotations
@@ -81,16 +82,21 @@ def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path, 
     if not healed.isolated:
         pytest.skip("needs the network-namespace lab (root and `ip netns`)")
     lab = healed
+    # h3 never hears of worker 0's end: silence, not a refusal, which ends its part only once
+    # it has lasted the job's silence window (short here; minutes by default).
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
-                              dict(JOB, args=["--steps=25"]))  # 5 s: time to cut h3
+                              dict(JOB, args=["--steps=25"], silence_window=15))  # 5 s: to cut h3
     down_after.append(inv)
     up = tfctl(inv, "up")
     assert up.returncode == 0, up.stdout + up.stderr
     run_id = run_id_from(up.stdout)
     lab.cut("h3")
+    cut_at = time.time()
     _until_gone(run_id, lab, 120)
     assert _finished(lab, "h1", run_id)["status"]["by"] == "watcher on h1"
-    assert _finished(lab, "h3", run_id)["status"]["cause"] == "worker:0 ended"
+    finished = _finished(lab, "h3", run_id)
+    assert finished["status"]["cause"] == "worker:0 silent for 15 s (no answer from its port)"
+    assert finished["finished_at"] - cut_at >= 15
 
 
 def test_down_leaves_no_watcher_behind(lab, tmp_path: Path, down_after) -> None:  # type: ignore[no-untyped-def]

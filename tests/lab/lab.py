@@ -200,7 +200,13 @@ class Lab:
         """Drop every packet arriving at the host: connects time out, open sessions stall."""
         netns.cut(self._namespace(name))
 
+    def cut_from(self, name: str, peers: Sequence[str]) -> None:
+        """Drop every packet arriving at the host from these lab hosts: a partition between
+        hosts (both ways, as TCP needs the answers), while the client still reaches it."""
+        netns.cut_from(self._namespace(name), [self.address(p) for p in peers])
+
     def heal(self, name: str) -> None:
+        """Undo `cut` and `cut_from` on the host."""
         netns.heal(self._namespace(name))
 
     def is_cut(self, name: str) -> bool:

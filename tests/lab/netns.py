@@ -306,9 +306,37 @@ def cut(namespace: str) -> None:
         _netns_run(namespace, _cut_rule("-I"))
 
 
+def _from_rule(action: str, source: str) -> list[str]:
+    return ["iptables", action, "INPUT", "-i", "eth0", "-s", source, "-j", "DROP"]
+
+
+def cut_from(namespace: str, sources: list[str]) -> None:
+    """Drop what arrives on the host's link from these addresses only: a partition between
+    hosts, while the client (the bridge's address) still reaches the host."""
+    for source in sources:
+        if subprocess.run(["ip", "netns", "exec", namespace, *_from_rule("-C", source)],
+                          capture_output=True).returncode != 0:
+            _netns_run(namespace, _from_rule("-I", source))
+
+
+def _partitions(namespace: str) -> list[str]:
+    """The sources `cut_from` drops on this host's link now."""
+    listed = subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-S", "INPUT"],
+                            capture_output=True, text=True).stdout
+    found = []
+    for line in listed.splitlines():
+        words = line.split()
+        if words[:2] == ["-A", "INPUT"] and "-s" in words and words[-2:] == ["-j", "DROP"]:
+            found.append(words[words.index("-s") + 1].removesuffix("/32"))
+    return found
+
+
 def heal(namespace: str) -> None:
+    """Undo `cut` and every `cut_from`."""
     while is_cut(namespace):
         _netns_run(namespace, _cut_rule("-D"))
+    for source in _partitions(namespace):
+        _netns_run(namespace, _from_rule("-D", source))
 
 
 def is_cut(namespace: str) -> bool:
