@@ -306,8 +306,7 @@ def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
 def watcher_silences(run_dir: str) -> list[dict[str, Any]]:
     """The tasks the run's watcher cannot hear from now, with since when (`watch.py`); none once
     the watcher is gone, whose last record may be stale."""
-    record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
-    if not same_process(record.get("pid"), record.get("start_ticks")):
+    if not recorded_alive(read_json(os.path.join(run_dir, WATCH_PID))):
         return []
     return list((read_json(os.path.join(run_dir, SILENCE_FILE)) or {}).get("silences") or [])
 
