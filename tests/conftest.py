@@ -16,7 +16,8 @@ pytest_plugins = ["tests.lab.fixtures"]
 
 # Every process the suite starts inherits this session's marker (tests/leftovers.py); set before
 # any test, replacing one an outer pytest set.
-os.environ[leftovers.SESSION_VAR] = leftovers.session_token()
+SESSION = leftovers.session_token()
+os.environ[leftovers.SESSION_VAR] = SESSION
 _test_starts: list[tuple[float, str]] = []
 """(seconds since boot, test id) as each test began: which test a leftover process came from."""
 
@@ -61,14 +62,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     (they outlive a command by --persist seconds, by design) are ended here; any other process
     carrying this session's marker fails the run, is named with the test it started during,
     and is ended too, so that nothing is left behind either way."""
-    token = os.environ[leftovers.SESSION_VAR]
+    token = SESSION
     found = leftovers.session_processes(token)
     holders = [p for p in found if p.is_holder]
     leftovers.end(p.pid for p in holders)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if holders and reporter is not None:
+        reporter.write("\n")
+        reporter.write_line(f"ended the connection holder(s) the suite's commands left: pid "
+                            f"{', '.join(str(p.pid) for p in holders)}")
     left = leftovers.wait_gone(token, timeout_s=10.0)
     if not left:
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     lines = [f"error: {len(left)} process(es) the test session started still run "
              f"({leftovers.SESSION_VAR}={token}); ended now:"]
     lines += [f"  {p.describe()}\n    started during {_started_during(p.started_s)}"
