@@ -17,6 +17,18 @@ from tests.test_lab_gpu_busy import gpu_lab  # noqa: F401  # the fixture
 JOB = {"script": "job.py", "style": "flags", "args": ["--steps=20"]}  # ~4 s
 
 
+def _watcher_alive(run_dir: Path) -> bool:
+    """The run's watcher (`watch.pid.json`) still runs on this host."""
+    try:
+        pid = json.loads((run_dir / "watch.pid.json").read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return False
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def test_gpu_samples_owners_and_events_are_recorded(gpu_lab, tmp_path: Path,  # noqa: F811
                                                     down_after) -> None:  # type: ignore[no-untyped-def]
     lab = gpu_lab
@@ -28,7 +40,8 @@ def test_gpu_samples_owners_and_events_are_recorded(gpu_lab, tmp_path: Path,  # 
     run_id = run_id_from(up.stdout)
     deadline = time.monotonic() + 90
     run_dir = lab.host("h1").workdir / ".tfctl" / "runs" / run_id
-    while processes_of_run(run_id) or not (run_dir / "finished.json").exists():
+    while processes_of_run(run_id) or not (run_dir / "finished.json").exists() or \
+            _watcher_alive(run_dir):  # its last look writes the last events
         assert time.monotonic() < deadline, processes_of_run(run_id)
         time.sleep(0.5)
     gpus = json.loads((run_dir / "gpus.json").read_text())

@@ -4,7 +4,9 @@ h1 has four GPUs (the test-only nvidia-smi stand-in) and runs a `per_host` worke
 uses only GPU 0 (tests/data/jobs/first_gpu_only.py). Nothing of tfctl runs between `up` and the
 end: the hosts end the job and record it. Then `runs --json` lists it with how it ended, and
 `report` names GPUs 1–3 idle while GPU 0 worked; a real browser (headless Chromium) draws the
-page, and the PNGs are real, non-blank images.
+page, and the PNGs are real, non-blank images. The same holds on a driver from before the
+`clocks_event_reasons` rename; where nvidia-smi records nothing (NVML failing), the report says
+so, with why, and claims nothing about those GPUs.
 """
 
 from __future__ import annotations
@@ -27,26 +29,39 @@ JOB = {"script": "job.py", "strategy": "flags", "workers": "per_host",
        "args": ["--steps=40"]}  # 8 s of training
 
 
-@pytest.fixture
-def four_gpu_lab(lab: Lab) -> Iterator[Lab]:
-    config = lab.host("h1").dir / "four-gpus.json"
-    config.write_text(json.dumps({"host": "h1", "gpus": [{}, {}, {}, {}]}))
-    lab.write_tool("h1", "nvidia-smi", f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={config}\n"
+def _four_gpus(lab: Lab, env: str = "", **config: str) -> Iterator[Lab]:
+    """h1's nvidia-smi: the stand-in with four GPUs (`config`: e.g. the driver it plays;
+    `env`: shell lines exported before it runs, e.g. a failure)."""
+    path = lab.host("h1").dir / "four-gpus.json"
+    path.write_text(json.dumps({"host": "h1", "gpus": [{}, {}, {}, {}], **config}))
+    lab.write_tool("h1", "nvidia-smi", f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={path}\n{env}"
                                        f"exec {sys.executable} {NVIDIA_SMI_STANDIN} \"$@\"\n")
     yield lab
     lab.remove_from_path("h1", "nvidia-smi")
 
 
-def _image_is_drawn(path: Path) -> bool:
-    from matplotlib import image
-
-    pixels = image.imread(str(path))
-    return pixels.ndim == 3 and min(pixels.shape[:2]) > 100 and float(pixels.std()) > 0.02
+@pytest.fixture
+def four_gpu_lab(lab: Lab) -> Iterator[Lab]:
+    yield from _four_gpus(lab)
 
 
-def test_report_names_idle_gpus_after_an_unattended_run(four_gpu_lab: Lab, tmp_path: Path,
-                                                        down_after: list[Path]) -> None:
-    lab = four_gpu_lab
+@pytest.fixture
+def old_driver_lab(lab: Lab) -> Iterator[Lab]:
+    """A driver from before the rename: `clocks_event_reasons.active` is refused."""
+    yield from _four_gpus(lab, driver="old")
+
+
+NVML_FAILS = "Failed to initialize NVML: Driver/library version mismatch"
+
+
+@pytest.fixture
+def failing_nvsmi_lab(lab: Lab) -> Iterator[Lab]:
+    """nvidia-smi answers every query with an NVML failure: nothing can be recorded."""
+    yield from _four_gpus(lab, env=f"export TFCTL_TEST_NVSMI_FAIL='{NVML_FAILS}'\n")
+
+
+def _run_to_its_end(lab: Lab, tmp_path: Path, down_after: list[Path]) -> tuple[Path, Path]:
+    """The first-GPU-only job, up and ended by the hosts; (inventory, h1's run folder)."""
     jobs = tmp_path / "job"
     jobs.mkdir()
     shutil.copy(HERE / "data" / "jobs" / "first_gpu_only.py", jobs / "job.py")
@@ -61,6 +76,20 @@ def test_report_names_idle_gpus_after_an_unattended_run(four_gpu_lab: Lab, tmp_p
     while processes_of_run(run_id) or not (run_dir / "finished.json").exists():
         assert time.monotonic() < deadline, processes_of_run(run_id)
         time.sleep(0.5)
+    return inv, run_dir
+
+
+def _image_is_drawn(path: Path) -> bool:
+    from matplotlib import image
+
+    pixels = image.imread(str(path))
+    return pixels.ndim == 3 and min(pixels.shape[:2]) > 100 and float(pixels.std()) > 0.02
+
+
+def test_report_names_idle_gpus_after_an_unattended_run(four_gpu_lab: Lab, tmp_path: Path,
+                                                        down_after: list[Path]) -> None:
+    inv, run_dir = _run_to_its_end(four_gpu_lab, tmp_path, down_after)
+    run_id = run_dir.name
 
     listed = json.loads(tfctl(inv, "runs", "--json").stdout)["runs"]
     assert [(r["run_id"], r["ended"]) for r in listed][:1] == [(run_id, "exit 0: worker:0 ended")]
@@ -89,3 +118,33 @@ def test_report_names_idle_gpus_after_an_unattended_run(four_gpu_lab: Lab, tmp_p
     assert shot.is_file(), browser.stderr[-2000:]
     assert "Uncaught" not in browser.stderr and "CONSOLE" not in browser.stderr
     assert _image_is_drawn(shot)  # the page is drawn, not blank
+
+
+def test_a_driver_from_before_the_rename_is_recorded_and_its_idle_gpus_named(
+        old_driver_lab: Lab, tmp_path: Path, down_after: list[Path]) -> None:
+    inv, run_dir = _run_to_its_end(old_driver_lab, tmp_path, down_after)
+    gpus = json.loads((run_dir / "gpus.json").read_text())
+    assert "unrecorded" not in gpus and gpus["fields"][-1] == "clocks_throttle_reasons.active"
+    assert (run_dir / "gpu.csv").read_text().count("\n") >= 8  # a few seconds of four GPUs
+    out = tmp_path / "report"
+    report = tfctl(inv, "report", "-o", str(out))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "h1 GPU 1, 2, 3 idle" in report.stdout and "while GPU 0 (" in report.stdout
+    assert "no GPU samples" not in report.stdout
+    assert _image_is_drawn(out / "gpus-h1.png")
+
+
+def test_where_nvidia_smi_records_nothing_the_report_says_so_and_claims_nothing(
+        failing_nvsmi_lab: Lab, tmp_path: Path, down_after: list[Path]) -> None:
+    inv, run_dir = _run_to_its_end(failing_nvsmi_lab, tmp_path, down_after)
+    assert json.loads((run_dir / "gpus.json").read_text())["unrecorded"] == NVML_FAILS
+    out = tmp_path / "report"
+    report = tfctl(inv, "report", "-o", str(out))
+    assert report.returncode == 0, report.stdout + report.stderr
+    said = f"no GPU samples were recorded on h1 (why: {NVML_FAILS}); worker:0 had GPUs there"
+    assert said in report.stdout
+    page = (out / "report.html").read_text()
+    assert said in page and "unknown: no GPU samples were recorded" in page
+    assert "idle" not in report.stdout and "every GPU" not in page and "0.00" not in page
+    assert not (out / "gpus-h1.png").exists()
+    assert page.count("data:image/png;base64,") == 2  # speed and timeline: what was recorded

@@ -30,9 +30,7 @@ from typing import Any
 from tfctl.remote.agent.disk import RecordSpace
 from tfctl.remote.agent.nvfields import (
     NVSMI_RECORD_ATTRS,
-    nvsmi_choose,
     nvsmi_error_line,
-    nvsmi_help_names,
     nvsmi_next_spelling,
     nvsmi_refused_field,
     nvsmi_spellings,
@@ -44,7 +42,7 @@ from tfctl.remote.agent.speed import SpeedReader
 GPU_LOG_CAP_BYTES = 64 << 20
 OWNER_EVERY_S = 10.0
 NVSMI_ANSWER_S = 10.0  # a one-off query that takes longer: nvidia-smi hangs (a stuck driver)
-GPU_LIST_FIELDS = ("index", "uuid", "name", "memory.total")
+ASKED_WAIT_S = 5.0
 _spaces: dict[str, RecordSpace] = {}
 
 
@@ -73,26 +71,35 @@ def append_record(run_dir: str, name: str, text: str) -> bool:
 class GpuRecorder:
     """One `nvidia-smi -lms 1000` stream into `gpu.csv`, and the owners every few seconds.
 
-    It starts in a thread of its own (a hanging nvidia-smi must not hold up the watcher), asks
-    the driver which spellings it knows (`nvfields.py`), and writes `gpus.json`; where nothing
+    It starts in a thread of its own (a hanging nvidia-smi must not hold up the watcher), finds
+    the spellings the driver knows (`nvfields.py`), and writes `gpus.json`; where nothing
     will be recorded, `gpus.json` says why (`unrecorded`): nvidia-smi not found, its error (no
     GPUs, NVML failing, a property refused), or no answer."""
 
     def __init__(self, run_dir: str, run_id: str) -> None:
         import shutil  # here, not at the top: every agent start would pay for it
+        import threading
 
         self.run_dir, self.run_id = run_dir, run_id
         self.nvsmi = shutil.which("nvidia-smi")
         self.started = time.time()
         self.proc: Any = None
         self.next_owners = 0.0
-        self.recording = self.stopped = False
+        self.stopped = self.asking_owners = False
+        self.unrecorded: str | None = None
+        """Why nothing is recorded, once known (then owners are not asked either)."""
         self.fields: list[str | None] = []
         """Per NVSMI_RECORD_ATTRS, the spelling queried, or None where the driver has none."""
+        self.asked = threading.Event()  # gpus.json holds nvidia-smi's answers
+        self.lock = threading.Lock()  # between starting the stream and `stop`
 
     def start(self) -> None:
+        """Say in gpus.json that nvidia-smi was not heard yet, and ask it in a thread."""
         import threading
 
+        write_json(os.path.join(self.run_dir, "gpus.json"), {
+            "started_at": self.started, "gpus": [],
+            "unrecorded": "nvidia-smi had not answered the recorder yet"})
         threading.Thread(target=self._record, daemon=True).start()
 
     def _record(self) -> None:
@@ -106,47 +113,49 @@ class GpuRecorder:
             "gpus": [{"index": row[0], "uuid": row[1], "name": row[2],
                       "memory_total_mib": compact(row[3])} for row in gpus if len(row) == 4]}
         if why is not None:
-            info["unrecorded"] = why
+            info["unrecorded"] = self.unrecorded = why
         try:
             write_json(os.path.join(self.run_dir, "gpus.json"), info)
         except OSError as exc:
             space_of(self.run_dir).failed(exc, "gpus.json")
+        self.asked.set()
         if why is None:
             self._stream()
 
     def _begin(self) -> tuple[list[list[str]], str | None]:
-        """The GPU list, and why nothing will be recorded (None: the stream may start)."""
+        """The GPU list (index, uuid, name, memory total), and why nothing will be recorded
+        (None: the stream may start). One query lists the GPUs and tries the sample's fields
+        in their preferred spellings; a field the driver refuses (`Field "x" is not a valid
+        field to query.`) is asked again in its next spelling, or left empty."""
         if self.nvsmi is None:
             return [], "nvidia-smi was not found on the PATH"
-        listed, why = self._ask(["--query-gpu=" + ",".join(GPU_LIST_FIELDS)])
-        if why is not None:
-            return [], why
-        if not listed:
-            return [], "nvidia-smi listed no GPUs"
-        help_text, _ = self._ask(["--help-query-gpu"], rows=False)
-        known = nvsmi_help_names(help_text[0][0] if help_text else "")
-        wanted = [nvsmi_spellings(attr) for attr in NVSMI_RECORD_ATTRS]
-        self.fields = list(nvsmi_choose(wanted, known) if known else (w[0] for w in wanted))
-        for _ in range(2 * len(wanted)):  # a refused spelling: the next one, or the column empty
-            queried = [name for name in self.fields if name is not None]
-            _, why = self._ask(["--query-gpu=" + ",".join(queried)])
+        self.fields = [nvsmi_spellings(attr)[0] for attr in NVSMI_RECORD_ATTRS]
+        for _ in range(2 * len(self.fields)):
+            sampled = [name for name in self.fields if name is not None]
+            rows, why = self._ask(["--query-gpu=" + ",".join(
+                ["uuid", "memory.total", *sampled, "name"])])  # sampled[0] is the index
             refused = nvsmi_refused_field(why or "")
-            if refused is None or refused not in self.fields or refused == self.fields[0]:
+            if refused is None or refused not in self.fields[1:]:
                 break
             self.fields[self.fields.index(refused)] = nvsmi_next_spelling(refused)
         if why is not None:
-            return listed, f"nvidia-smi refused the query: {why}"
-        self.recording = True
-        return listed, None
+            return [], why if refused is None else f"nvidia-smi refused the query: {why}"
+        width = 2 + len(sampled)  # the name last: the one column that may hold ", "
+        listed = [[row[2], row[0], ", ".join(row[width:]), row[1]] for row in rows
+                  if len(row) > width]
+        return listed, None if listed else "nvidia-smi listed no GPUs"
 
     def _stream(self) -> None:
         import subprocess
 
         queried = [name for name in self.fields if name is not None]
-        self.proc = subprocess.Popen(
-            [str(self.nvsmi), "--query-gpu=" + ",".join(queried),
-             "--format=csv,noheader,nounits", "-lms", "1000"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with self.lock:
+            if self.stopped:
+                return
+            self.proc = subprocess.Popen(
+                [str(self.nvsmi), "--query-gpu=" + ",".join(queried),
+                 "--format=csv,noheader,nounits", "-lms", "1000"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         path = os.path.join(self.run_dir, "gpu.csv")
         written, last_error, space = 0, None, space_of(self.run_dir)
         with open(path, "a") as out:
@@ -175,36 +184,51 @@ class GpuRecorder:
         self.stop()
         if not written:
             code = self.proc.wait()
-            self._note("unrecorded", "the run ended before the first sample" if ended_by_us
-                       else last_error or f"nvidia-smi -lms ended (exit status {code}) before "
-                                          "its first sample")
+            self.unrecorded = "the run ended before the first sample" if ended_by_us else \
+                last_error or f"nvidia-smi -lms ended (exit status {code}) before its first sample"
+            self._note("unrecorded", self.unrecorded)
 
     def tick(self) -> None:
-        """Record who holds each GPU, every OWNER_EVERY_S, while the samples are recorded."""
-        if not self.recording or time.time() < self.next_owners:
+        """Every OWNER_EVERY_S, record who holds each GPU: in a thread of its own, so a hanging
+        nvidia-smi never holds up the watcher; not where nvidia-smi is known to fail."""
+        if (self.nvsmi is None or self.unrecorded or self.asking_owners
+                or time.time() < self.next_owners):
             return
+        import threading
+
         self.next_owners = time.time() + OWNER_EVERY_S
-        index_of = {row[1]: row[0] for row in
-                    self._ask(["--query-gpu=index,uuid"])[0] if len(row) == 2}
-        rows, _ = self._ask(["--query-compute-apps=gpu_uuid,pid,used_memory"])
-        t = int(time.time() - self.started)
-        lines = [f"{t},{index_of.get(row[0], '')},{row[1]},{compact(row[2])},"
-                 f"{describe_owner(int(row[1]), self.run_id)}\n"
-                 for row in rows if len(row) == 3 and row[1].isdigit()]
-        if lines:  # dropped while the records are stopped (a full disk: disk.py)
-            append_record(self.run_dir, "owners.csv", "".join(lines))
+        self.asking_owners = True
+        threading.Thread(target=self._owners, daemon=True).start()
+
+    def _owners(self) -> None:
+        try:
+            index_of = {row[1]: row[0] for row in
+                        self._ask(["--query-gpu=index,uuid"])[0] if len(row) == 2}
+            rows, _ = self._ask(["--query-compute-apps=gpu_uuid,pid,used_memory"])
+            t = int(time.time() - self.started)
+            lines = [f"{t},{index_of.get(row[0], '')},{row[1]},{compact(row[2])},"
+                     f"{describe_owner(int(row[1]), self.run_id)}\n"
+                     for row in rows if len(row) == 3 and row[1].isdigit()]
+            if lines:  # dropped while the records are stopped (a full disk: disk.py)
+                append_record(self.run_dir, "owners.csv", "".join(lines))
+        finally:
+            self.asking_owners = False
 
     def stop(self) -> None:
-        self.stopped = True
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        """End the stream. From the watcher at the run's end: first give nvidia-smi up to
+        ASKED_WAIT_S to answer the recorder, so a short run still has its GPU list."""
+        self.asked.wait(ASKED_WAIT_S)  # set before the stream starts: no wait from within it
+        with self.lock:
+            self.stopped = True
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
 
-    def _ask(self, args: list[str], rows: bool = True) -> tuple[list[list[str]], str | None]:
-        """nvidia-smi's rows (or, `rows=False`, its whole output as one cell), and the error it
-        answered instead, if any: its own words, or that it could not be run or did not answer."""
+    def _ask(self, args: list[str]) -> tuple[list[list[str]], str | None]:
+        """nvidia-smi's rows, and the error it answered instead, if any: its own words, or that
+        it could not be run or did not answer."""
         import subprocess
 
-        argv = [str(self.nvsmi), *args] + (["--format=csv,noheader,nounits"] if rows else [])
+        argv = [str(self.nvsmi), *args, "--format=csv,noheader,nounits"]
         try:
             done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, timeout=NVSMI_ANSWER_S)
@@ -212,8 +236,6 @@ class GpuRecorder:
             return [], f"nvidia-smi did not answer in {NVSMI_ANSWER_S:.0f} s"
         except OSError as exc:
             return [], f"nvidia-smi could not be run: {exc.strerror or exc}"
-        if not rows:
-            return [[done.stdout]], None
         error = nvsmi_error_line(done.stdout)
         if error is None and done.returncode != 0:
             tail = done.stdout.strip().splitlines()[-1:] or [""]

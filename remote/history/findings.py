@@ -6,7 +6,9 @@
 - a task that died, named by its own error line (out of memory among them), with the hint;
 - thermal or power throttling in a good share of a GPU's samples;
 - a foreign process (not ours) on one of our GPUs;
-and the summary: duration, how it ended, mean speed per worker, GPU-hours busy and idle.
+- a host that recorded no GPU sample, and why: nothing else here is said about its GPUs;
+and the summary: duration, how it ended, mean speed per worker, GPU-hours busy and idle (None
+where no GPU sample was recorded at all, never 0).
 Thresholds are here, where they can be read and table-tested.
 """
 
@@ -41,8 +43,11 @@ class Summary:
     ended: str
     mean_speed: dict[str, float]
     """Task → mean steps/s (or examples/s) over the run."""
-    gpu_hours_busy: float
-    gpu_hours_idle: float
+    gpu_hours_busy: float | None
+    gpu_hours_idle: float | None
+    """None when no host recorded a GPU sample; otherwise over the hosts that did."""
+    unsampled: dict[str, str]
+    """Host → why it recorded no GPU sample (left out of the GPU-hours)."""
 
 
 def mean_util(track: GpuTrack) -> float | None:
@@ -143,10 +148,24 @@ def summarize(record: RunRecord) -> Summary:
     code, cause = status.get("exit_code"), status.get("cause")
     ended = "still running" if record.finished is None else (
         f"exit {code}" if code is not None else "finished") + (f" ({cause})" if cause else "")
+    sampled = bool(busy or idle)
     return Summary(None if start is None or end is None else max(0.0, end - start), ended,
-                   mean_speeds(record), busy / 3600, idle / 3600)
+                   mean_speeds(record), busy / 3600 if sampled else None,
+                   idle / 3600 if sampled else None, dict(record.unsampled))
+
+
+def unsampled_gpus(record: RunRecord) -> list[Finding]:
+    """A host without GPU samples, said as such: a warning where tasks were given its GPUs."""
+    findings = []
+    for host, why in sorted(record.unsampled.items()):
+        tasks = record.gpu_tasks_on(host)
+        given = f"; {', '.join(tasks)} had GPUs there" if tasks else ""
+        findings.append(Finding("warn" if tasks else "info",
+                                f"no GPU samples were recorded on {host} (why: {why}){given}: "
+                                "nothing is said about its GPUs"))
+    return findings
 
 
 def all_findings(record: RunRecord) -> list[Finding]:
-    return (failures(record) + idle_gpus(record.gpus) + stragglers(mean_speeds(record))
-            + throttling(record.gpus) + foreign(record))
+    return (failures(record) + unsampled_gpus(record) + idle_gpus(record.gpus)
+            + stragglers(mean_speeds(record)) + throttling(record.gpus) + foreign(record))

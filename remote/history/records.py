@@ -80,6 +80,14 @@ class RunRecord:
     """Task → its CUDA_VISIBLE_DEVICES, from the manifests."""
     task_hosts: dict[str, str] = field(default_factory=dict)
     log_tails: dict[str, list[str]] = field(default_factory=dict)
+    unsampled: dict[str, str] = field(default_factory=dict)
+    """Host → why it recorded no GPU sample: nothing may be said about its GPUs (`gpus` holds
+    only GPUs with samples)."""
+
+    def gpu_tasks_on(self, host: str) -> list[str]:
+        """The tasks of `host` that were given GPUs (a non-empty CUDA_VISIBLE_DEVICES)."""
+        return sorted(t for t, h in self.task_hosts.items()
+                      if h == host and self.masks.get(t, "") not in ("", "-1"))
 
     @property
     def end_s(self) -> float | None:
@@ -160,6 +168,17 @@ def parse_events(text: str, host: str) -> list[Event]:
     return events
 
 
+def why_unsampled(info: Mapping[str, Any], present: bool) -> str:
+    """Why a host's `gpu.csv` holds no sample, from its `gpus.json` (the recorder's word)."""
+    if info.get("unrecorded"):
+        return str(info["unrecorded"])
+    if not present:
+        return "its run folder holds no gpus.json: the recorder did not start"
+    if not info.get("gpus"):
+        return "nvidia-smi listed no GPUs"
+    return "nvidia-smi gave no sample"
+
+
 def read_run(root: str, run_id: str) -> RunRecord:
     """Every host folder under `root` (= runs/<id>), joined into one record."""
     record = RunRecord(run_id)
@@ -193,9 +212,13 @@ def _read_host(record: RunRecord, host: str, folder: str) -> None:
         record.finished = record.finished or finished
         at = finished.get("finished_at")
         record.finished_at = max(record.finished_at or at, at) if at else record.finished_at
-    info = json.loads(text("gpus.json") or "{}")
+    info_text = text("gpus.json")
+    info = json.loads(info_text or "{}")
     start = float(info.get("started_at") or created or 0)
-    record.gpus += parse_gpu_csv(text("gpu.csv"), host, info.get("gpus", []), start)
+    tracks = parse_gpu_csv(text("gpu.csv"), host, info.get("gpus", []), start)
+    record.gpus += [t for t in tracks if t.t_s]
+    if not any(t.t_s for t in tracks):
+        record.unsampled[host] = why_unsampled(info, bool(info_text))
     record.speeds += parse_throughput(text("throughput.csv"), host, start)
     record.owners += parse_owners(text("owners.csv"), host, start)
     record.events += parse_events(text("events.jsonl"), host)

@@ -79,6 +79,9 @@ def collect(ctx: click.Context, run_id: str | None) -> None:
         sys.exit(EXIT_FAILED)
 
 
+FINDING_MARK = {"fail": "✖", "warn": "⚠", "info": "ℹ"}
+
+
 @click.command()
 @click.option("--run", "run_id", metavar="ID", help="Which run (default: the current one).")
 @click.option("-o", "--out", "out_dir", metavar="DIR",
@@ -103,7 +106,7 @@ def report(ctx: click.Context, run_id: str | None, out_dir: str | None) -> None:
     for host, why in built.missing_hosts.items():
         secho(f"  ✖ {host}: {why} (the report leaves it out)", err=True, fg="yellow")
     for finding in built.findings:
-        click.echo(f"{'✖' if finding.level == 'fail' else '⚠'} {finding.text}")
+        click.echo(f"{FINDING_MARK.get(finding.level, '•')} {finding.text}")
     click.echo(f"report: {built.written.page} ({len(built.written.pngs)} figures as PNG "
                "beside it)")
 

@@ -44,6 +44,16 @@ def write_report(record: RunRecord, summary: Summary, findings: list[Finding],
     return Written(page, tuple(pngs))
 
 
+def gpu_hours(summary: Summary) -> str:
+    """Busy / idle GPU-hours over the hosts that recorded samples; said unknown where none did."""
+    if summary.gpu_hours_busy is None or summary.gpu_hours_idle is None:
+        return "unknown: no GPU samples were recorded"
+    hours = f"{summary.gpu_hours_busy:.2f} / {summary.gpu_hours_idle:.2f}"
+    if summary.unsampled:
+        hours += f" (without {', '.join(sorted(summary.unsampled))}: no samples there)"
+    return hours
+
+
 def render_html(record: RunRecord, summary: Summary, findings: list[Finding],
                 images: list[tuple[str, str, bytes]]) -> str:
     esc = html.escape
@@ -53,11 +63,11 @@ def render_html(record: RunRecord, summary: Summary, findings: list[Finding],
     rows = [("run", record.run_id), ("started", started),
             ("duration", "?" if summary.duration_s is None else f"{summary.duration_s:.0f} s"),
             ("ended", summary.ended), ("mean speed", speed),
-            ("GPU-hours busy / idle",
-             f"{summary.gpu_hours_busy:.2f} / {summary.gpu_hours_idle:.2f}")]
+            ("GPU-hours busy / idle", gpu_hours(summary))]
     table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     items = "".join(f'<li class="{esc(f.level)}">{esc(f.text)}</li>' for f in findings) or \
-        '<li class="info">nothing to report: every GPU worked and every task ended well</li>'
+        '<li class="info">nothing to report: every GPU sampled worked and every task ended ' \
+        'well</li>'
     figures_html = "".join(
         f'<figure><img alt="{esc(caption)}" src="data:image/png;base64,'
         f'{base64.b64encode(data).decode()}"><figcaption>{esc(caption)}</figcaption></figure>'
