@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.labtools import job_dir, processes_of_run
+from tests.tmuxpane import marker_args
 from tfctl.inventory.load import load_inventory
 from tfctl.remote.runs.controller import RunController
 from tfctl.tui.app.app import TfctlApp
@@ -88,7 +89,8 @@ def test_tfctl_ui_renders_in_a_real_terminal(lab, tmp_path: Path) -> None:  # ty
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB)
     session = f"tfctl-ui-{time.monotonic_ns()}"
     command = f"{sys.executable} -m tfctl.tui -i {inv} ui"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", command],
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+                    *marker_args(), command],
                    check=True, env={"TERM": "xterm-256color", "PATH": "/usr/bin:/bin"})
 
     def pane() -> str:

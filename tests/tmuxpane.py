@@ -4,11 +4,22 @@ tests look at the dashboard in a real terminal (Textual draws on stderr, so it i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 
+from tests.leftovers import SESSION_VAR
+
 TERMINAL_ENV = {"TERM": "xterm-256color", "PATH": "/usr/bin:/bin", "TZ": "UTC"}
+
+
+def marker_args() -> list[str]:
+    """`-e TFCTL_TEST_SESSION=...` for `tmux new-session`: the program in the pane carries the
+    test session's marker (tests/leftovers.py) even where a tmux server started by someone else
+    (with another environment) runs it."""
+    marker = os.environ.get(SESSION_VAR)
+    return ["-e", f"{SESSION_VAR}={marker}"] if marker else []
 
 
 class Pane:
@@ -18,7 +29,8 @@ class Pane:
                  name: str = "tfctl") -> None:
         self.session = f"{name}-{time.monotonic_ns()}"
         subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", "160", "-y", "48",
-                        command], check=True, env={**TERMINAL_ENV, **(env or {})})
+                        *marker_args(), command], check=True,
+                       env={**TERMINAL_ENV, **(env or {})})
 
     def text(self) -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.session],
