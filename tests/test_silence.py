@@ -78,7 +78,7 @@ def test_gpus_and_the_dashboard_get_it_as_a_finding(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(owners_module, "read_task_processes",
                         lambda fleet, run_id, hosts: ((), {}, silences_from("h2", [RAW])))
     monkeypatch.setattr(owners_module, "process_users", lambda fleet, pids: {})
-    cache = OwnerCache(fleet=None, snapshots=dict)  # type: ignore[arg-type]
+    cache = OwnerCache(fleet=None, snapshots=dict)
     cache.refresh("r1", ["h1", "h2"])
     assert cache.silences == silences_from("h2", [RAW])
 

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(60)
     (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), REFUSED,
      "Connection refused"),
     (OSError(errno.ECONNREFUSED, "Connection refused"), REFUSED, "Connection refused"),
-    (socket.timeout("timed out"), SILENT, "timed out"),
+    (TimeoutError("timed out"), SILENT, "timed out"),  # socket.timeout since Python 3.10
     (OSError(errno.ETIMEDOUT, "Connection timed out"), SILENT, "Connection timed out"),
     (OSError(errno.EHOSTUNREACH, "No route to host"), SILENT, "No route to host"),
     (OSError(errno.ENETUNREACH, "Network is unreachable"), SILENT, "Network is unreachable"),
@@ -83,7 +83,7 @@ def test_probe_tells_open_refused_and_silent_ports_apart(deaf_port: int) -> None
 
 # ---------------------------------------------------------------- the judge, over time
 
-RULE = {"mode": "any", "start_timeout_s": 0.0, "silence_window_s": 300.0,
+RULE: dict[str, Any] = {"mode": "any", "start_timeout_s": 0.0, "silence_window_s": 300.0,
         "deciders": [{"name": "chief:0", "host": "h1", "address": "10.0.0.1", "port": 2220,
                       "closed_for_good_s": 20.0}]}
 
