@@ -134,6 +134,8 @@ def test_a_real_tf_job_resumes_from_its_checkpoint_after_its_host_restarts(  # t
         assert (lost["state"], lost["host_restarted_at_s"]) == ("lost", boot.booted_at)
         waiting = tfctl(inv, "wait", "--timeout", "3")  # the job waits for its lost task
         assert waiting.returncode == 1 and "still running" in waiting.stderr, waiting.stderr
+        assert (f"h3 restarted at {clock_hms(boot.booted_at)}: worker:0 lost; `tfctl restart "
+                "h3` starts it again in this run; the job waits") in waiting.stderr
 
         again = tfctl(inv, "restart", "worker:0")
         assert again.returncode == 0, again.stdout + again.stderr

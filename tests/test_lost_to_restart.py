@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tfctl.remote.runs.relaunch import NotRestartable, target_of
+from tfctl.remote.runs.relaunch import NotRestartable, lost_words, target_of
 from tfctl.remote.runs.status import RunStatus, TaskStatus, status_from, task_from_agent
 
 BOOTED = time.mktime((2026, 11, 25, 14, 2, 11, 0, 0, -1))
@@ -47,6 +47,8 @@ def test_the_job_waits_for_a_task_lost_to_a_restart(lost: str, ended: bool) -> N
     st = _status(*tasks)
     assert (st.job_ended, st.fatal) == (ended, None)
     assert st.lost_to_restarts == {"h1": BOOTED}
+    assert lost_words(st, "h1") == (f"h1 restarted at 14:02:11: {lost} lost; `tfctl restart h1` "
+                                    "starts it again in this run")
 
 
 def test_once_the_end_is_recorded_a_task_lost_to_a_restart_is_lost_like_any_other() -> None:
@@ -57,6 +59,13 @@ def test_once_the_end_is_recorded_a_task_lost_to_a_restart_is_lost_like_any_othe
     ended = _status(chief, ps, finished={"status": {"state": "finished", "cause": "chief:0 ended"}})
     assert ended.job_ended and ended.exit_code == 137 and ended.fatal is not None
     assert ended.fatal.name == "chief:0"
+
+
+def test_every_lost_task_of_a_host_is_named() -> None:
+    st = _status(task_from_agent("h2", _raw("ps:1", "lost", BOOTED)),
+                 task_from_agent("h2", _raw("worker:1", "lost", BOOTED)))
+    assert lost_words(st, "h2") == ("h2 restarted at 14:02:11: ps:1, worker:1 lost; `tfctl "
+                                    "restart h2` starts them again in this run")
 
 
 def test_the_chief_ending_ends_the_job_while_a_worker_waits_for_its_restart() -> None:

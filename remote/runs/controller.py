@@ -201,9 +201,11 @@ class RunController:
 
     logs = log_follower
 
-    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> WaitResult | None:
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0,
+             on_event: Say | None = None) -> WaitResult | None:
         """Block until the current job ends (then stop its parameter servers) or `timeout`
-        seconds pass; None when there is no run."""
+        seconds pass; None when there is no run. The job's end waits for tasks lost to their
+        host's restart: `on_event` hears of each such host once (what `tfctl restart` would do)."""
         if (slurm := self.slurm()) is not None:
             found = slurm.wait(timeout, poll_s)
             if found is None:
@@ -214,8 +216,15 @@ class RunController:
             return None
         hosts = list(run.hosts)
         deadline = None if timeout is None else time.monotonic() + timeout
+        told: dict[str, float] = {}
         while True:
             st = read_status(self.fleet, run.run_id, hosts)
+            for host, at in st.lost_to_restarts.items():
+                if on_event is not None and told.get(host) != at:
+                    from tfctl.remote.runs.relaunch import lost_words
+
+                    told[host] = at
+                    on_event(lost_words(st, host) + "; the job waits")
             if st.job_ended and not st.unreachable:
                 fatal = describe_fatal(st.fatal) if st.fatal is not None else None
                 stopped = tuple(finalize_if_ended(self.fleet, st, hosts))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.agentops import StartState
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.reach import clock_hms
 from tfctl.remote.runs.status import RunStatus
 
 START_WAIT_S = 60.0
@@ -44,6 +45,16 @@ class RestartResult:
     @property
     def started(self) -> bool:
         return all(s.started for s in self.states.values())
+
+
+def lost_words(status: RunStatus, host: str) -> str:
+    """"h2 restarted at 14:02:11: ps:1, worker:1 lost; `tfctl restart h2` starts them again
+    in this run", for a host with tasks lost to its restart."""
+    lost = [t.name for t in status.tasks if t.host == host and t.awaits_restart]
+    at = status.lost_to_restarts.get(host)
+    when = f" at {clock_hms(at)}" if at is not None else ""
+    return (f"{host} restarted{when}: {', '.join(lost)} lost; `tfctl restart {host}` starts "
+            f"{'it' if len(lost) == 1 else 'them'} again in this run")
 
 
 def target_of(status: RunStatus, hosts: Sequence[str], target: str) -> tuple[str, list[str] | None]:

@@ -235,12 +235,10 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
 
 def _say_lost_to_restarts(st: RunStatus) -> None:
     """Below the status table: each host that restarted under the run, and what to do."""
-    from tfctl.remote.reach import clock_hms
+    from tfctl.remote.runs.relaunch import lost_words
 
-    for host, at in st.lost_to_restarts.items():
-        lost = [t.name for t in st.tasks if t.host == host and t.awaits_restart]
-        secho(f"{host} restarted at {clock_hms(at)}: {', '.join(lost)} lost; `tfctl restart "
-              f"{host}` starts {'it' if len(lost) == 1 else 'them'} again in this run", fg="red")
+    for host in st.lost_to_restarts:
+        secho(lost_words(st, host), fg="red")
 
 
 def task_speed(task: TaskStatus, patterns: Sequence[str] = ()) -> tuple[float, str] | None:

@@ -253,7 +253,7 @@ def wait(ctx: click.Context, timeout: float | None, as_json: bool) -> None:
 
 
 def _wait(controller: RunController, timeout: float | None = None) -> int:
-    return _said_wait(controller.wait(timeout), timeout)
+    return _said_wait(controller.wait(timeout, on_event=say), timeout)
 
 
 def _said_wait(result: WaitResult | None, timeout: float | None) -> int:
@@ -274,7 +274,7 @@ def _said_wait(result: WaitResult | None, timeout: float | None) -> int:
 
 def _wait_json(controller: RunController, timeout: float | None = None
                ) -> tuple[int, dict[str, Any]]:
-    result = controller.wait(timeout)
+    result = controller.wait(timeout, on_event=say)
     code = _said_wait(result, timeout)
     if result is None:
         return code, {"run_id": None, "ended": False, "exit_code": None, "fatal": None,
