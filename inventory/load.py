@@ -331,7 +331,8 @@ class _Resolver:
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
             task_args=strategy.task_args(j), task_env=strategy.task_env(j),
             outputs=self._outputs(j), keras=j.keras, throughput=self._patterns(j),
-            silence_window_s=j.silence_window,
+            silence_window_s=j.silence_window, log_max_bytes=max(1, int(j.log_max_mb * 2**20)),
+            disk_floor_bytes=int(j.disk_floor_mb * 2**20),
         )
 
     def _patterns(self, j: schema.JobSpec) -> tuple[str, ...]:

@@ -146,6 +146,10 @@ class Job:
     silence_window_s: float = 600.0
     """How long a host whose link to the chief is silent (no answer, not a refusal) keeps its
     tasks running before it ends its part of the job (`job.silence_window`)."""
+    log_max_bytes: int = 256 << 20
+    """A task's log is rotated at this size (`job.log_max_mb`): `<task>.log` and `.log.1`."""
+    disk_floor_bytes: int = 1024 << 20
+    """`check` warns below this much room in a host's workdir filesystem (`job.disk_floor_mb`)."""
 
 
 @dataclass(frozen=True)

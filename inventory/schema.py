@@ -185,6 +185,11 @@ class JobSpec(_Strict):
     # Seconds a host keeps its tasks running while it cannot reach the task whose end is the
     # job's (its port silent: a cut link, a switch rebooting); past it the host ends its part.
     silence_window: float = Field(default=600.0, ge=1, le=7 * 24 * 3600)
+    # MB at which a task's log is rotated: `<task>.log` holds the newest output, `<task>.log.1`
+    # the part before it, older output is dropped (a task's logs take at most twice this).
+    log_max_mb: float = Field(default=256.0, gt=0, le=1 << 20)
+    # MB: `check` warns when a host's workdir filesystem has less room than this.
+    disk_floor_mb: float = Field(default=1024.0, ge=0)
     task_args: TaskArgsSpec = TaskArgsSpec()
     task_env: TaskEnvSpec = TaskEnvSpec()
 

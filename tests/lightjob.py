@@ -6,7 +6,8 @@ flags exactly as a real trainer does, binds its port on all interfaces, logs ste
 ps tasks serve forever (like `server.join()`), workers/chief finish after `--steps` steps unless
 `--forever`. `--fail-at-start N` exits N immediately (for rollback tests). `--listen-delay S`
 waits S seconds before binding its port (tasks of the types in `--delay-types`, default all), like
-a real server importing TensorFlow: the window the interrupt tests aim at.
+a real server importing TensorFlow: the window the interrupt tests aim at. `--log-lines N`
+prints N numbered lines of about 100 bytes at start (a chatty task, for the log cap's test).
 """
 
 from __future__ import annotations
@@ -42,10 +43,14 @@ def main() -> int:
     p.add_argument("--fail-task", default="")
     p.add_argument("--listen-delay", type=float, default=0.0)
     p.add_argument("--delay-types", default="ps,worker,chief,evaluator")
+    p.add_argument("--log-lines", type=int, default=0)
     args, _ = p.parse_known_args()
     kind, index, addr = role(args)
     me = f"{kind}:{index}"
     print(f"{me} starting, argv={sys.argv[1:]}", flush=True)
+    for n in range(1, args.log_lines + 1):
+        print(f"{me} line {n:07d} {'x' * 80}")
+    sys.stdout.flush()
     if args.fail_at_start and (not args.fail_task or args.fail_task == me):
         print(f"{me}: failing at start on purpose", file=sys.stderr, flush=True)
         return args.fail_at_start

@@ -40,6 +40,16 @@ def free_bytes(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def room_at(path: str) -> int | None:
+    """`free_bytes` of the filesystem `path` is (or will be) on: its nearest existing folder."""
+    while path and not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return free_bytes(path or ".")
+
+
 def room_words(exc: OSError) -> str:
     """What a refused write says of the disk: `disk full`, `disk quota exceeded`, or its error."""
     if exc.errno == errno.ENOSPC:

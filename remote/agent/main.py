@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_id
-from tfctl.remote.agent.disk import records_state
+from tfctl.remote.agent.disk import records_state, room_at
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.run import (
     AgentError,
@@ -88,6 +88,7 @@ def op_probe(req: dict[str, Any]) -> dict[str, Any]:
         "python": sys.version.split()[0], "executable": sys.executable, "tf_version": tf_version,
         "nvidia_smi": shutil.which("nvidia-smi"), "home": os.path.expanduser("~"),
         "workdir": None if workdir is None else expand(workdir),
+        "workdir_free_bytes": None if workdir is None else room_at(expand(workdir)),
         "hostname": hostname(), "rsync": shutil.which("rsync"),
         "user": user_name(os.getuid()), "uid": os.getuid(),
         "configured_python_missing": os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1",

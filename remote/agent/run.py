@@ -13,6 +13,12 @@ process group, holds no descriptor of the SSH session, so SSH returns at once). 
 records the task's pid, waits for it, restarts it by policy, and records how it ended; it shrugs
 off SIGTERM/SIGINT/SIGHUP so that a TERM to the whole group still leaves it alive to write the
 exit record.
+
+The task's stdout and stderr are a pipe the supervisor relays into `<task>.log` (`TaskLog`), so
+that neither a full disk nor a log's size is the task's problem: at the manifest's
+`log_max_bytes` the log is rotated (`<task>.log.1` keeps the part before, older output is
+dropped), and output that finds no room is dropped, counted, and said in the log once there is
+room again; the task's own writes never fail for it.
 """
 
 from __future__ import annotations
@@ -205,8 +211,79 @@ def _describe_exit(record: dict[str, Any]) -> str:
     return str(record["signal"] or record["exit_code"])
 
 
+LOG_MAX_BYTES = 256 << 20  # a manifest without log_max_bytes (`job.log_max_mb`)
+_task_log: list[TaskLog] = []
+"""The supervisor's task log, once it relays one (its own lines go there too)."""
+
+
 def _log(message: str) -> None:
-    os.write(1, f"==> tfctl: {message}\n".encode())
+    line = f"==> tfctl: {message}\n".encode()
+    if _task_log:
+        _task_log[0].write(line)
+    else:
+        os.write(1, line)
+
+
+class TaskLog:
+    """A task's output as its supervisor relays it: appended to `path`, rotated to `path.1` at
+    `max_bytes`, and dropped (counted, said later) while the disk has no room for it."""
+
+    def __init__(self, path: str, max_bytes: int) -> None:
+        self.path, self.max_bytes = path, max(1, max_bytes)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.lost = 0
+
+    def write(self, data: bytes) -> None:
+        if self.lost:
+            note = f"==> tfctl: {self.lost} bytes of output lost: no room on the disk\n"
+            if self._put(note.encode()) < 0:
+                self.lost += len(data)
+                return
+            self.lost = 0
+        left = self._put(data)
+        if left:
+            self.lost += abs(left)
+
+    def _put(self, data: bytes) -> int:
+        """0 when `data` is written whole; else how many bytes were not (negative: none)."""
+        view = memoryview(data)
+        try:
+            if os.fstat(self.fd).st_size + len(data) > self.max_bytes:
+                self._rotate()
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError:
+            return len(view) if len(view) < len(data) else -len(data)
+        return 0
+
+    def _rotate(self) -> None:
+        """`path` becomes `path.1` (replacing the one before) and a new `path` is begun; the
+        supervisor's own stdout and stderr follow it."""
+        if os.fstat(self.fd).st_size == 0:
+            return
+        os.replace(self.path, self.path + ".1")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError:  # no inode left: the log stays where it was
+            os.replace(self.path + ".1", self.path)
+            raise
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(self.fd)
+        self.fd = fd
+
+
+def relay_until_exit(child: Any, pipe: int, log: TaskLog) -> int:
+    """Copy the task's output from `pipe` into `log` until the task exits, then what is left in
+    the pipe (its last lines, a traceback, before the exit is recorded); its return code."""
+    import select
+
+    while child.poll() is None:
+        if select.select([pipe], [], [], 0.2)[0]:
+            log.write(os.read(pipe, 1 << 16))
+    while select.select([pipe], [], [], 0)[0]:  # the write end stays ours: never at EOF
+        log.write(os.read(pipe, 1 << 16))
+    return int(child.returncode)
 
 
 def _sleep_unless(path: str, seconds: float) -> bool:
@@ -251,9 +328,14 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
     restarts, last_exit = 0, None
     import subprocess  # not at the top: every agent start would pay for it (launch_tasks has it)
 
+    log = TaskLog(task_file(run_dir, name, ".log"), int(task.get("log_max_bytes") or
+                                                         LOG_MAX_BYTES))
+    _task_log[:] = [log]
+    pipe, out = os.pipe()  # `out` stays open here: restarts write to the same pipe
     while True:
         try:
-            child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+            child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=out)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte or `=` in argv/env
             error = f"cannot start {name}: {argv[0]}: {getattr(exc, 'strerror', None) or exc}"
             _log(error)
@@ -267,7 +349,7 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
             "last_exit": last_exit, "boot_id": boot_id()})
         if os.path.exists(paths[".stopped"]):  # `stop` ran between our check and the start
             child.terminate()
-        last_exit = exit_record(child.wait())
+        last_exit = exit_record(relay_until_exit(child, pipe, log))
         failed = last_exit["exit_code"] != 0
         if mode in ("always", "on-failure") and (failed or mode == "always") and restarts < most \
                 and not os.path.exists(paths[".stopped"]):

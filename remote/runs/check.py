@@ -52,6 +52,8 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     for name, (probe, gpu_indices) in probes.succeeded.items():
         reports[name].probe = probe
         _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus)
+        for level, text in judge_room(probe.get("workdir_free_bytes"), inv.job.disk_floor_bytes):
+            reports[name].add(level, text)
         for level, text in judge_tensorflow(probe.get("tensorflow"), inv.host(name).gpus,
                                             inv.job.keras):
             reports[name].add(level, text)
@@ -100,6 +102,16 @@ def _judge_probe(report: HostReport, probe: Mapping[str, Any], found: list[int] 
     else:
         extra = "" if len(found) == len(wanted) else f"; {len(found) - len(wanted)} not used"
         report.add("ok", f"{len(found)} GPUs found, {len(wanted)} selected{extra}")
+
+
+def judge_room(free: int | None, floor: int) -> list[tuple[Level, str]]:
+    """A warning when the workdir's filesystem has less room than `job.disk_floor_mb`."""
+    if free is None or free >= floor:
+        return []
+    return [("warn", f"only {free / 2**20:.0f} MB free in the workdir's filesystem, below "
+                     f"job.disk_floor_mb ({floor / 2**20:.0f} MB): a run that fills it keeps "
+                     "training but stops its records and loses log output; make room there or "
+                     "lower the floor")]
 
 
 def _task_ports(plan: Plan, host: str) -> list[int]:

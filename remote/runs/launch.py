@@ -73,6 +73,7 @@ def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
     data["restart"] = {"policy": restart.for_type(task.type), "max": restart.max,
                        "backoff_s": restart.backoff_s,
                        "together": restart.together and task.type in ("worker", "chief")}
+    data["log_max_bytes"] = plan.inventory.job.log_max_bytes
     return data
 
 
