@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tfctl.remote.engines.slurm_run import SlurmRun
     from tfctl.remote.history.listing import RunSummary
     from tfctl.remote.runs.gpuwatch import GpuWatch
+    from tfctl.remote.runs.relaunch import RestartResult
 
 Say = Callable[[str], None]
 __all__ = ["WARNING", "DownSummary", "GpusBusy", "RunController", "StatusReport", "SyncFailed",
@@ -356,6 +357,25 @@ class RunController:
         stop_run(self.fleet, run.run_id, [host], grace_s=5.0, tasks=[task])
         t = self.fleet.transport(host)
         agentops.launch(t, t.host.workdir, run.run_id, [task])
+
+    def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
+        """Start again the lost tasks of host `target`, or the lost task `target`, in the
+        current run with their plan (argv, env, mask, port), and the host's watcher
+        (remote/runs/relaunch.py). Raises `relaunch.NotRestartable` for a name that is no host
+        or task of the run, LookupError without a run, RemoteError when the host refuses (the
+        task is not lost, the run has ended) or cannot be reached."""
+        from tfctl.remote.runs.relaunch import START_WAIT_S, restart_lost, target_of
+
+        run = self.current()
+        if run is None:
+            raise LookupError("no run: start one with `tfctl up`")
+        if self.slurm() is not None:
+            raise RemoteError("slurm", "a Slurm run's tasks are Slurm's to start again: "
+                              "`tfctl down` and `up --on slurm`")
+        found = read_status(self.fleet, run.run_id, list(run.hosts))
+        host, tasks = target_of(found, run.hosts, target)
+        return restart_lost(self.fleet, run.run_id, host, tasks,
+                            START_WAIT_S if wait_s is None else wait_s)
 
     def _task_host(self, run: CurrentRun, task: str) -> str:
         """Where the run placed `task`: its own record, since a run started on part of the lab
