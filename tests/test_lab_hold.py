@@ -123,6 +123,37 @@ def test_the_commands_after_the_first_borrow_its_agent_sessions(  # type: ignore
     assert agents(lab) == kept and holders(runtime) == [holder]
 
 
+def _started_s(pid: int) -> float:
+    """When a process started, in seconds since boot (/proc/PID/stat's starttime)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def _uptime_s() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def test_the_command_typed_right_after_the_first_borrows_its_open_sessions(  # type: ignore[no-untyped-def]
+        lab, tmp_path: Path, held: dict[str, str], down_after) -> None:
+    """`up` finds no holder: it starts one and borrows its sessions from the first request on,
+    so when `up` returns they are open, idle in the holder, and the `status` typed at once
+    borrows those very agents: nothing is opened again after `up`, and `status` waits for no
+    holder that is still connecting."""
+    inv = light(lab, tmp_path)
+    down_after.append(inv)
+    runtime = Path(held["XDG_RUNTIME_DIR"])
+    assert holders(runtime) == []
+    ok(tfctl(inv, "up", env=held))
+    returned_s = _uptime_s()
+    right_after = agents(lab)  # no waiting: what is open the moment `up` returned
+    assert all(right_after.values()), f"up's agent sessions were closed: {right_after}"
+    assert max(_started_s(p) for pids in right_after.values() for p in pids) <= returned_s
+    [holder] = holders(runtime)
+    assert "running" in ok(tfctl(inv, "status", env=held))
+    assert agents(lab) == right_after, "status opened sessions instead of borrowing up's"
+    assert holders(runtime) == [holder]
+
+
 def test_the_holder_ends_its_sessions_after_the_persist_time(  # type: ignore[no-untyped-def]
         lab, tmp_path: Path, held: dict[str, str]) -> None:
     inv = light(lab, tmp_path)

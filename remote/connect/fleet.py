@@ -66,6 +66,12 @@ class Fleet:
         self.options = options or SshOptions()
         self._transports: dict[str, Transport] = {}
         self._lock = threading.Lock()  # the UI's pollers and the telemetry hub share a fleet
+        if self.options.persist_s > 0 and any(h.transport != "local" for h in inventory.hosts):
+            # The holder its agent sessions will come from, started now if none runs: its
+            # start overlaps this command's own until its first request (hold/borrow.py).
+            from tfctl.remote.connect.hold.borrow import start_holder
+
+            start_holder(self.options.persist_s)
 
     def transport(self, host: Host | str) -> Transport:
         h = self.inventory.host(host) if isinstance(host, str) else host
@@ -100,16 +106,13 @@ class Fleet:
 
     def close(self) -> None:
         # Agent sessions first: each agent sees its input end and exits before the connection
-        # goes, so nothing tfctl started for itself is left running on a host after it returns.
+        # goes, so nothing tfctl started for itself is left running on a host after it returns
+        # (the sessions a holder lent go back to it, open, for the next command: hold/).
         transports = list(self._transports.values())
         agentclient.end_sessions(transports)
         for t in transports:
             t.close()
         self._transports.clear()
-        if self.options.persist_s > 0:  # for the next command: the hosts this one connected to
-            from tfctl.remote.connect.hold.borrow import hold_for_next
-
-            hold_for_next(transports, self.options.persist_s)
 
     def __enter__(self) -> Fleet:
         return self

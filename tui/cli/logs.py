@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -148,7 +149,10 @@ def exec_(ctx: click.Context, only: str, as_json: bool, command: tuple[str, ...]
         raise click.BadParameter(f"no host named {', '.join(unknown)} in {inv.path}",
                                  param_hint="--hosts")
     line = shlex.join(command)
-    with Fleet(inv, c.ssh_options()) as fleet:
+    # Shell commands go over the command's own connections: no agent session to borrow, so
+    # no holder is started for it (--persist keeps agent sessions, remote/connect/hold).
+    options = dataclasses.replace(c.ssh_options(), persist_s=0.0)
+    with Fleet(inv, options) as fleet:
         result = fleet.map(lambda t: t.run(line, timeout_s=None), names)
     worst = max([r.exit_code for r in result.succeeded.values()]
                 + [EXIT_FAILED for _ in result.failed], default=0)
@@ -212,7 +216,7 @@ def ssh(ctx: click.Context, target: str, command: tuple[str, ...]) -> None:
                     fg="red", err=True)
         sys.exit(EXIT_USAGE)
     host, text = line
-    with Fleet(inv, c.ssh_options()) as fleet:
+    with Fleet(inv, dataclasses.replace(c.ssh_options(), persist_s=0.0)) as fleet:  # as exec
         code = run_session(fleet.transport(host), text)
     sys.exit(code)
 

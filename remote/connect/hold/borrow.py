@@ -2,12 +2,15 @@
 
 `HeldTransport` is what `Fleet` gives each SSH host when the command keeps connections
 (`SshOptions.persist_s > 0`, the CLI's `--persist`). Its agent sessions (`open_pipe`, what
-`up`, `status` and `down` use) come from the holder when one is running: a frame to a local
-socket and a ready agent, with no handshake, no interpreter start, and no paramiko import in
-the command. Anything else (a shell command, a stream, rsync's relay, a tunnel, `tfctl ssh`)
-and every agent session while no holder answers go over the command's own connection
-(`ssh.SshTransport`), opened on first use as before. On its way out (`hold_for_next`) a
-command that had to connect by itself starts a holder warmed with what it used.
+`up`, `status` and `down` use) come from the holder: a frame to a local socket and a ready
+agent, with no handshake, no interpreter start, and no paramiko import in the command. The
+first command that finds no holder starts one (`start_holder`) and borrows from it at once, so
+the connections and sessions it opens are the holder's from the start and stay open, idle,
+when it ends: the next command, typed right after, finds them ready instead of waiting while a
+holder opens them again. Anything else (a shell command, a stream, rsync's relay, a tunnel,
+`tfctl ssh`), an agent session the holder has no room for, and every agent session where no
+holder can be started go over the command's own connection (`ssh.SshTransport`), opened on
+first use.
 """
 
 from __future__ import annotations
@@ -18,11 +21,9 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfctl.inventory.model import Host
 from tfctl.remote.connect.hold import place
@@ -40,6 +41,10 @@ _started: list[subprocess.Popen[bytes]] = []
 """Holders this process started (kept referenced: it does not wait for them)."""
 _path_lock = threading.Lock()
 _path: list[str] = []
+_start_lock = threading.Lock()
+_OTHER_STARTING_S = 0.5
+"""How long a command waits for a holder another command is starting (it holds the lock and
+binds the socket at once) before it connects by itself."""
 
 
 def _socket() -> str:
@@ -137,6 +142,53 @@ class HeldPipe:
         self.link_lost = True
 
 
+def start_holder(persist_s: float) -> bool:
+    """Start a holder unless one answers (bound here and handed to it, see holder.py: it
+    answers from the moment this returns); False where none runs and none can start (no
+    socket can be made, or one is ending). Without waiting for it: a command calls this as it
+    opens its fleet, so the holder's start overlaps the command's own before its first
+    request. One start per process."""
+    with _start_lock:
+        running = _dial(1.0)
+        if running is not None:
+            running.close()
+            return True
+        try:
+            path = _socket()
+            bound = place.bind(path)
+        except OSError:
+            return False
+        if bound is None:  # another command's holder is starting (or one is ending)
+            return True
+        server, lock = bound
+        try:  # its own session: a Ctrl-C in this terminal later is not for it
+            log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                _started.append(subprocess.Popen(
+                    [sys.executable, "-m", "tfctl.remote.connect.hold.holder", path,
+                     str(persist_s), str(lock), str(server.fileno())],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                    start_new_session=True, close_fds=True, pass_fds=(lock, server.fileno())))
+            finally:
+                os.close(log)
+        except OSError:
+            return False
+        finally:  # the holder has its own copies (the lock stays held through them)
+            server.close()
+            os.close(lock)
+        return True
+
+
+def _holder(persist_s: float, timeout_s: float) -> socket.socket | None:
+    """A connection to the holder, started if none answers; None when there is none."""
+    sock = _dial(timeout_s)
+    if sock is None and start_holder(persist_s):
+        deadline = time.monotonic() + _OTHER_STARTING_S
+        while (sock := _dial(timeout_s)) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return sock
+
+
 class HeldTransport:
     """A host's transport for a command that keeps its connections (see the module)."""
 
@@ -145,9 +197,6 @@ class HeldTransport:
         self.options = options
         self._own: SshTransport | None = None
         self._lock = threading.Lock()
-        self.connected_for: set[str] = set()
-        """Agent commands this command had to start over its own connection (to warm a
-        holder with)."""
 
     def own(self) -> SshTransport:
         """The command's own connection to the host (opened on first use)."""
@@ -162,11 +211,10 @@ class HeldTransport:
         held = self._borrow(command)
         if held is not None:
             return held
-        self.connected_for.add(command)
         return self.own().open_pipe(command)
 
     def _borrow(self, command: str) -> HeldPipe | None:
-        sock = _dial(self.options.connect_timeout_s)
+        sock = _holder(self.options.persist_s, self.options.connect_timeout_s)
         if sock is None:
             return None
         try:
@@ -218,31 +266,6 @@ class HeldTransport:
             own.close()
 
 
-def hold_for_next(transports: Iterable[Any], persist_s: float) -> None:
-    """Start a holder, warmed with the agent sessions these transports had to open by
-    themselves, unless one is running or there were none (a command that borrowed only)."""
-    warm = list(_warm_entries(transports))
-    if not warm:
-        return
-    running = _dial(1.0)
-    if running is not None:
-        running.close()
-        return
-    path = _socket()
-    folder = os.path.dirname(path)
-    fd, listed = tempfile.mkstemp(prefix="warm-", suffix=".json", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        json.dump(warm, f)
-    log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:  # its own session: a Ctrl-C in this terminal later is not for it
-        _started.append(subprocess.Popen(
-            [sys.executable, "-m", "tfctl.remote.connect.hold.holder", path, str(persist_s),
-             listed], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-            start_new_session=True, close_fds=True))
-    finally:
-        os.close(log)
-
-
 def stop_holder(wait_s: float = 5.0) -> dict[str, int] | None:
     """End the running holder now (`tfctl disconnect`, as `ssh -O exit`): what it held (pid,
     connections, idle agent sessions), once it has ended its sessions and exited (waited for up
@@ -267,10 +290,3 @@ def stop_holder(wait_s: float = 5.0) -> dict[str, int] | None:
             break
         time.sleep(0.05)
     return held
-
-
-def _warm_entries(transports: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    for t in transports:
-        if isinstance(t, HeldTransport):
-            for command in sorted(t.connected_for):
-                yield dict(place.link_fields(t.host, t.options), command=command)

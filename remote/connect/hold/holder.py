@@ -1,20 +1,24 @@
-"""The holder process: `python -m tfctl.remote.connect.hold.holder SOCKET PERSIST_S [WARM]`.
+"""The holder process: `python -m tfctl.remote.connect.hold.holder SOCKET PERSIST_S LOCK LISTEN`.
 
-Started in the background by a command on its way out (`borrow.hold_for_next`), in a session
-of its own. It opens the connections and agent sessions listed in the WARM file (the ones that
-command used), then lends a ready session per request to the commands that follow. It exits
-when no command has used it for PERSIST_S seconds, ending its agent sessions (each agent exits
-when its input ends) and closing its connections, so nothing of it outlives that time on a host.
+Started in the background, in a session of its own, by the first command that wants an agent
+session and finds no holder (`borrow.HeldTransport`). That command binds the socket and takes
+the lock, and passes both as file descriptors (LOCK, LISTEN): its requests wait in the socket's
+backlog while the holder starts, and it borrows every agent session from the holder from its
+first request on. When it ends, its sessions are handed back, idle, so the command typed right
+after it finds them open (nothing is reopened between two commands). The holder lends a ready
+session per request to the commands that follow and opens what they ask for that it does not
+hold yet. It exits when no command has used it for PERSIST_S seconds, counted from when the
+command that started it has exited too, ending its agent sessions (each agent exits when its
+input ends) and closing its connections, so nothing of it outlives that time on a host.
 
-One holder per socket: a lock file taken before the socket is bound, so two commands starting
-one at once leave one. Only the user who started it may talk to it (the folder is 0700 and the
-peer's uid is checked, SO_PEERCRED).
+One holder per socket: the lock file is taken before the socket is bound, so two commands
+starting one at once leave one. Only the user who started it may talk to it (the folder is
+0700 and the peer's uid is checked, SO_PEERCRED).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -23,7 +27,6 @@ import struct
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tfctl.remote.agent.wire import ANSWER_MARK
@@ -128,18 +131,6 @@ class Holder:
         if link is not None:
             link.close()
 
-    def warm(self, entries: list[dict[str, Any]]) -> None:
-        """Open what the command that started this holder used (errors are for a later command
-        to meet and report)."""
-        def one(entry: dict[str, Any]) -> None:
-            with contextlib.suppress(RemoteError, OSError, EOFError):
-                pipe, _ = self.session(entry, entry["command"])
-                self.give_back(entry, entry["command"], pipe, 0)
-
-        if entries:
-            with ThreadPoolExecutor(max_workers=min(32, len(entries))) as pool:
-                list(pool.map(one, entries))
-
     def close(self) -> None:
         """End every agent session (its input ends: the agent exits) and every connection."""
         with self.lock:
@@ -215,6 +206,10 @@ class Holder:
                 live.close()
 
     # -- the process --------------------------------------------------------------------------
+    def touch(self) -> None:
+        with self.lock:
+            self.last_used = time.monotonic()
+
     def idle_for(self) -> float:
         with self.lock:
             return 0.0 if self.clients else time.monotonic() - self.last_used
@@ -240,49 +235,25 @@ def _peer_is_us(conn: socket.socket) -> bool:
     return uid == os.getuid()
 
 
-def _listen(path: str) -> tuple[socket.socket, int] | None:
-    """The socket bound at `path` and the lock that makes this the only holder; None when
-    another holder has the lock (it is starting or running)."""
-    lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock)
-        return None
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a holder that died left it: nobody answers there (we hold the lock)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        server.bind(path)
-    finally:
-        os.umask(old)
-    server.listen(64)
-    return server, lock
-
-
 def main(argv: list[str]) -> int:
     path, persist_s = argv[0], float(argv[1])
-    warm: list[dict[str, Any]] = []
-    if len(argv) > 2:
-        with contextlib.suppress(OSError, ValueError):
-            with open(argv[2]) as f:
-                warm = json.load(f)
-            os.unlink(argv[2])
+    _lock, listening = int(argv[2]), int(argv[3])  # the lock stays held until this exits
+    server = socket.socket(fileno=listening)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    listening = _listen(path)
-    if listening is None:
-        return 0
-    server, _lock = listening
     holder = Holder(persist_s)
     signal.signal(signal.SIGTERM, lambda *_: holder.stop.set())
-    threading.Thread(target=holder.warm, args=(warm,), daemon=True).start()
     threading.Thread(target=_accept, args=(server, holder), daemon=True).start()
-    while not holder.stop.wait(0.5) and holder.idle_for() < persist_s:
-        pass
+    starter = os.getppid()
+    while not holder.stop.wait(0.2):
+        if starter and os.getppid() == starter:
+            holder.touch()  # the command that started it is a client until it exits
+        else:
+            starter = 0
+            if holder.idle_for() >= persist_s:
+                break
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # new commands connect by themselves from here on
+        os.unlink(path)  # new commands start a holder of their own from here on
     server.close()
     holder.close()
     return 0

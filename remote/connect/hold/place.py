@@ -21,6 +21,8 @@ command → holder                         holder → command
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -74,6 +76,36 @@ def code_digest() -> str:
 
 def socket_path() -> Path:
     return runtime_dir() / f"{code_digest()}.sock"
+
+
+def bind(path: str) -> tuple[socket.socket, int] | None:
+    """The holder's socket, bound at `path` and listening, and the lock (a file descriptor)
+    that makes its holder the only one; None when another holder has the lock (it is starting,
+    running or ending).
+
+    The command that starts a holder binds it (as systemd's socket activation does) and hands
+    both to the holder: its own connections queue in the socket's backlog while the holder
+    starts, with no waiting for it to listen and no retries."""
+    lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a holder that died left it: nobody answers there (we hold the lock)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        server.bind(path)
+    except OSError:
+        server.close()
+        os.close(lock)
+        raise
+    finally:
+        os.umask(old)
+    server.listen(64)
+    return server, lock
 
 
 def send_frame(sock: socket.socket, kind: bytes, payload: bytes = b"") -> None:
