@@ -167,6 +167,24 @@ async def test_the_steps_column_shows_the_speed_the_logs_state_in_each_form() ->
 
 
 @sync
+async def test_a_host_whose_first_poll_hangs_is_not_said_to_answer() -> None:
+    """The Hosts pane's "not answering for 6 s" is in the Findings pane too (one source), and
+    until then the Findings pane does not say that every host answers."""
+    ctl = FakeController(unreachable={}, delays_s={"titan": 30.0})
+    app, _, _ = lab_app(ctl, findings=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.board.link("gtx970").polled_at_s is not None)
+        findings = app.query_one("#findings")
+        assert "every host answers" not in screen_text(app)
+        assert "waiting for an answer from titan" in str(findings.render())
+        await until(pilot, lambda: "not answering for" in screen_text(app), timeout_s=20)
+        await pilot.pause(0.3)
+        said = [f.text for f in app.findings]
+        assert any(t.startswith("titan not answering for ") for t in said), said
+        assert "every host answers" not in screen_text(app)
+
+
+@sync
 async def test_up_and_sync_run_in_workers_and_report_in_the_past_tense() -> None:
     app, ctl, notes = lab_app(FakeController(with_run=False))
     async with app.run_test(size=(160, 48)) as pilot:

@@ -22,11 +22,16 @@ from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import Board
-from tfctl.tui.app.model.hostlines import GpuLine, build_host_lines, host_state
+from tfctl.tui.app.model.hostlines import (
+    GpuLine,
+    build_host_lines,
+    host_state,
+    not_answering,
+)
 from tfctl.tui.app.model.logbuffer import LogBuffer, LogView
 from tfctl.tui.app.sources import Finding
 from tfctl.tui.app.widgets.cluster import gpu_text
-from tfctl.tui.app.widgets.header import builtin_findings, merge_findings
+from tfctl.tui.app.widgets.header import builtin_findings, merge_findings, no_findings_text
 
 
 # -- pure pieces ---------------------------------------------------------------------------------
@@ -147,6 +152,31 @@ def test_host_state_says_not_answering_for_a_hung_poll_and_stale_telemetry() -> 
     lines = build_host_lines(lab_inventory().hosts, {}, {"gtx970": old}, None,
                              lambda h, u: "idle", [], {}, 0.0, 30.0)
     assert [g.dim for g in lines[1].gpus] == [True]
+
+
+def test_the_findings_say_not_answering_whenever_the_hosts_pane_does() -> None:
+    """One source for "answering" (hostlines.not_answering): a poll hung for 6 s in the first
+    seconds of a run is a finding, and nothing says "every host answers" meanwhile."""
+    ctl = FakeController(unreachable={})
+    board = Board(ctl.plan)
+    board.set_run(ctl.current())
+    board.poll_started("titan", 100.0)
+    board.host_polled("gtx970", ctl.tasks["gtx970"], 101.0)
+    board.host_polled("old-box", (), 101.0)
+    quiet = {h: w for h in ctl.run_hosts
+             if (w := not_answering(board.link(h), None, 106.0, 0.0)) is not None}
+    assert host_state(board.link("titan"), None, 106.0, 0.0, None) == quiet["titan"] == \
+        ("not answering for 6 s", "stale")
+    assert [(f.level, f.text) for f in builtin_findings(board, quiet)] == [
+        ("warning", "titan not answering for 6 s: its tasks are not known yet")]
+    assert no_findings_text(board, quiet) != "no findings: every host answers"
+    before = {h: w for h in ctl.run_hosts
+              if (w := not_answering(board.link(h), None, 103.0, 0.0)) is not None}
+    assert before == {} and builtin_findings(board, before) == []
+    assert no_findings_text(board, before) == \
+        "no findings yet: waiting for an answer from titan"
+    board.host_polled("titan", ctl.tasks["titan"], 107.0)
+    assert no_findings_text(board, {}) == "no findings: every host answers"
 
 
 def test_log_view_filters_one_task_or_all_with_prefixes() -> None:

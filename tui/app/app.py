@@ -29,7 +29,7 @@ from tfctl.tui.app.actions import KeyActions
 from tfctl.tui.app.history import open_in_browser
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import Board
-from tfctl.tui.app.model.hostlines import build_host_lines
+from tfctl.tui.app.model.hostlines import build_host_lines, not_answering
 from tfctl.tui.app.model.logbuffer import LogBuffer, LogView
 from tfctl.tui.app.sources import FindingLike, OwnerOf, Sources, Timing
 from tfctl.tui.app.widgets.cluster import ClusterView
@@ -39,6 +39,7 @@ from tfctl.tui.app.widgets.header import (
     finding_task,
     header_text,
     merge_findings,
+    no_findings_text,
 )
 from tfctl.tui.app.widgets.logs import LogPane
 from tfctl.tui.app.widgets.panels import FindingsPanel, HeaderBar, ViewTabs
@@ -177,9 +178,14 @@ class TfctlApp(KeyActions):
         if self.telemetry is not None:
             snapshots = {h.name: self.telemetry.snapshot(h.name) for h in self.inventory.hosts}
         owner_of = self.owners or self._owner_from_processes(snapshots or {})
-        self.findings = merge_findings(self.injected_findings, builtin_findings(self.board))
+        quiet = {h.name: words for h in self.inventory.hosts if (words := not_answering(
+            self.board.links.get(h.name), (snapshots or {}).get(h.name), now,
+            self.monotonic())) is not None}
+        self.findings = merge_findings(self.injected_findings,
+                                       builtin_findings(self.board, quiet))
         all_of_them = self.narrow or self.view == "findings"
-        self.findings_panel.show(self.findings, None if all_of_them else WIDE_FINDING_LINES)
+        self.findings_panel.show(self.findings, None if all_of_them else WIDE_FINDING_LINES,
+                                 no_findings_text(self.board, quiet))
         if self._tasks_dirty:
             self.refresh_tasks()
         if self._pending_log_lines:

@@ -92,10 +92,11 @@ def _poll_answered_since(link: HostLink | None, telemetry: HostTelemetry, now_s:
             and link.polled_at_s is not None and link.polled_at_s > since)
 
 
-def host_state(link: HostLink | None, telemetry: HostTelemetry | None, now_s: float,
-               now_mono_s: float, telemetry_bad_since_s: float | None) -> tuple[str, str]:
-    """(words, level) for one host. Not answering outranks everything; then task-poll
-    trouble outranks telemetry trouble."""
+def not_answering(link: HostLink | None, telemetry: HostTelemetry | None, now_s: float,
+                  now_mono_s: float) -> tuple[str, str] | None:
+    """(words, level) while the host does not answer, else None: unreachable (by either
+    witness, DOWN), or a task poll in flight for SLOW_POLL_S or more (STALE). The one source
+    of "answering" for the Hosts pane and the Findings pane alike."""
     since = unreachable_since(link, telemetry, now_s, now_mono_s)
     if since is not None:
         return unreachable_words(since, now_s), DOWN
@@ -103,6 +104,16 @@ def host_state(link: HostLink | None, telemetry: HostTelemetry | None, now_s: fl
         waited = now_s - link.in_flight_since_s
         if waited >= SLOW_POLL_S:
             return f"not answering for {waited:.0f} s", STALE
+    return None
+
+
+def host_state(link: HostLink | None, telemetry: HostTelemetry | None, now_s: float,
+               now_mono_s: float, telemetry_bad_since_s: float | None) -> tuple[str, str]:
+    """(words, level) for one host. Not answering outranks everything; then task-poll
+    trouble outranks telemetry trouble."""
+    quiet = not_answering(link, telemetry, now_s, now_mono_s)
+    if quiet is not None:
+        return quiet
     if link is not None and link.error is not None:
         return f"error{_since(link.bad_since_s)}: {link.error}", WARN
     if telemetry is None:

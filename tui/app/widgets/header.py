@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 
 from tfctl.tui.app.model import cells
-from tfctl.tui.app.model.board import Board
+from tfctl.tui.app.model.board import DOWN, Board
 from tfctl.tui.app.model.hostlines import HostLine
 from tfctl.tui.app.sources import Finding, FindingLike
 
@@ -62,14 +62,24 @@ def _run_state(board: Board, now_s: float) -> Text:
     return Text(f"ended, exit {board.exit_code()}", "yellow")
 
 
-def builtin_findings(board: Board) -> list[Finding]:
-    """What the app knows from its own task polls: hosts cut off and tasks that failed."""
+def builtin_findings(board: Board, quiet: Mapping[str, tuple[str, str]] | None = None
+                     ) -> list[Finding]:
+    """What the app knows from its own polls: hosts cut off or not answering, and tasks that
+    failed. `quiet` (host → words, level) is `hostlines.not_answering` of each host, what the
+    Hosts pane says of it, so the two panes agree."""
     found: list[Finding] = []
     for host in board.unreachable_hosts():
         link = board.link(host)
         since = f" since {cells.clock_hms(link.bad_since_s)}" if link.bad_since_s else ""
         found.append(Finding("error", f"{host} unreachable{since} ({link.error}): its tasks "
                                       "are unknown and not counted", host))
+    for host, (words, level) in (quiet or {}).items():
+        if host in board.unreachable_hosts():
+            continue  # said above, with the poll's own error
+        known = "its tasks are as last read" if board.link(host).tasks else \
+            "its tasks are not known yet"
+        found.append(Finding("error" if level == DOWN else "warning",
+                             f"{host} {words}: {known}", host))
     for task in board.tasks():
         if task.failed:
             last = f": {task.last_line}" if task.last_line else ""
@@ -77,6 +87,17 @@ def builtin_findings(board: Board) -> list[Finding]:
                                             f"{task.describe()}{last}", task.host,
                                  task=task.name))
     return found
+
+
+def no_findings_text(board: Board, quiet: Mapping[str, tuple[str, str]]) -> str:
+    """The Findings pane's words when it has none: only what is known (a host that has not
+    answered a poll yet is not said to answer)."""
+    if board.run_id is None:
+        return "no findings"
+    silent = [h for h in board.run_hosts if board.link(h).polled_at_s is None or h in quiet]
+    if silent:
+        return f"no findings yet: waiting for an answer from {', '.join(silent)}"
+    return "no findings: every host answers"
 
 
 def merge_findings(injected: Sequence[FindingLike], own: Sequence[Finding]

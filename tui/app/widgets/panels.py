@@ -38,18 +38,21 @@ class FindingsPanel(Static):
         self._shown: tuple[tuple[str, str], ...] | None = None
         self._limit: int | None = None
         self._width = 0
+        self._none = ""
 
-    def show(self, findings: Sequence[FindingLike], limit: int | None = None) -> None:
-        """Worst first; beyond `limit` lines, the last says how many more (the F view)."""
+    def show(self, findings: Sequence[FindingLike], limit: int | None = None,
+             none: str = "no findings") -> None:
+        """Worst first; beyond `limit` lines, the last says how many more (the F view); `none`
+        is said when there are none (`header.no_findings_text`: only what is known)."""
         items = tuple(sorted(((f.level, f.text) for f in findings),
                              key=lambda item: FINDING_ORDER.get(item[0], 9)))
         width = self.content_size.width
-        if (items, limit, width) == (self._shown, self._limit, self._width):
+        if (items, limit, width, none) == (self._shown, self._limit, self._width, self._none):
             return
-        self._shown, self._limit, self._width = items, limit, width
+        self._shown, self._limit, self._width, self._none = items, limit, width, none
         self.border_title = f"Findings ({len(items)})" if items else "Findings"
         if not items:
-            text = Text("no findings: every host answers and every GPU is in use", "dim")
+            text = Text(none, "dim")
             self.update(text)
             self._fit(text, limit)
             return
