@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from tfctl.remote.agent.boot import booted_at
+from tfctl.remote.agent.claims import claim_run
 from tfctl.remote.agent.main import OPS, expand, need
 from tfctl.remote.agent.run import (
     AgentError,
@@ -73,7 +74,9 @@ def op_restart_lost(req: dict[str, Any]) -> dict[str, Any]:
             log.write(f"==> tfctl: starting {name} again at {_clock(now())}: it was lost "
                       f"({why})\n")
     started = launch_tasks(run_dir, workdir, run_id, manifest, sorted(lost))
-    return {"tasks": started["tasks"], "watcher_pid": start_watcher(run_dir, run_id),
+    watcher = start_watcher(run_dir, run_id)
+    return {"tasks": started["tasks"], "watcher_pid": watcher,
+            "claim_warning": claim_run(run_dir, run_id, manifest, watcher),
             "host_restarted_at": booted_at() if any(
                 o.get("host_restarted_at") for o in lost.values()) else None}
 

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_id
+from tfctl.remote.agent.claims import claim_run, release_run
 from tfctl.remote.agent.disk import records_state, room_at
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.run import (
@@ -131,8 +132,10 @@ def make_output_dirs(workdir: str, folders: list[str]) -> None:
 def op_launch(req: dict[str, Any]) -> dict[str, Any]:
     workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
     run_dir = run_dir_of(workdir, run_id)
-    answer = launch_tasks(run_dir, workdir, run_id, load_manifest(run_dir), req.get("tasks"))
+    manifest = load_manifest(run_dir)
+    answer = launch_tasks(run_dir, workdir, run_id, manifest, req.get("tasks"))
     answer["watcher_pid"] = start_watcher(run_dir, run_id)
+    answer["claim_warning"] = claim_run(run_dir, run_id, manifest, answer["watcher_pid"])
     return answer
 
 
@@ -172,7 +175,10 @@ def op_stop(req: dict[str, Any]) -> dict[str, Any]:
         names = [n for n in names if n in known]
         if not names:
             return {"stopped": []}
-    return stop_tasks(run_dir, run_id, names, float(req.get("grace_s", 10.0)))
+    answer = stop_tasks(run_dir, run_id, names, float(req.get("grace_s", 10.0)))
+    if names is None:  # the whole run stopped here: its claim goes (claims.py)
+        release_run(run_id)
+    return answer
 
 
 def op_finish(req: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +186,7 @@ def op_finish(req: dict[str, Any]) -> dict[str, Any]:
     load_manifest(run_dir)
     record = {"status": req.get("status"), "finished_at": now()}
     write_json(os.path.join(run_dir, "finished.json"), record)
+    release_run(need(req, "run_id"))
     return record
 
 

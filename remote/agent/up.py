@@ -24,8 +24,9 @@ import os
 import time
 from typing import Any
 
+from tfctl.remote.agent.claims import claim_run, read_claims
 from tfctl.remote.agent.main import OPS, expand, need, op_prepare, op_status
-from tfctl.remote.agent.proc import port_report
+from tfctl.remote.agent.proc import port_report, user_name
 from tfctl.remote.agent.run import (
     launch_tasks,
     load_manifest,
@@ -51,6 +52,9 @@ def op_up_check(req: dict[str, Any]) -> dict[str, Any]:
         answer["setup"] = setup_cached(workdir, str(setup["digest"]), list(setup["inputs"]))
     if req.get("gpus_script"):
         answer["gpus"] = gpus_listing(str(req["gpus_script"]))
+        claims, warnings = read_claims()  # other users' runs and reservations (claims.py)
+        answer["claims"] = {"me": {"uid": os.getuid(), "user": user_name(os.getuid())},
+                            "claims": claims, "warnings": warnings}
     answer["ports"] = port_report(int(p) for p in req.get("ports", []))
     return answer
 
@@ -121,6 +125,7 @@ def op_up_go(req: dict[str, Any]) -> dict[str, Any]:
     if req.get("launch"):
         answer["pids"] = launch_tasks(run_dir, workdir, run_id, manifest, req["launch"])["tasks"]
         answer["watcher_pid"] = start_watcher(run_dir, run_id)
+        answer["claim_warning"] = claim_run(run_dir, run_id, manifest, answer["watcher_pid"])
     names = list(req.get("wait") or [])
     ready, seen = True, None
     if names:

@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_record, from_other_boot
+from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail
 from tfctl.remote.agent.run import (
@@ -106,6 +107,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
         speed.tick()
         recorder.stop()
         clear_silence(run_dir)
+        release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
     return 0
 
 

@@ -35,7 +35,11 @@ environment left in /proc, so only live processes count):
     running side by side on one machine don't see each other's processes).
   Each such process is a compute app on each of its GPUs with a fixed used memory (1500 MiB by
   default), named by its argv[0] (else /proc/<pid>/comm). A GPU with a compute app is busy
-  (utilization 90–99 %, P2, hot, high power); a GPU without one is idle (0 %, P8).
+  (utilization 90–99 %, P2, hot, high power); a GPU without one is idle (0 %, P8). A process
+  with TFCTL_TEST_GPU_UTIL=N declares its utilization: a GPU whose apps all declare one shows
+  the highest (N=0: memory held, nothing computed — a forgotten notebook).
+  The pids are the real ones; run as a user, it sees only what that user may read in /proc,
+  unless its interpreter may read every process (tests/lab/users.py), as a driver does.
 
 Drivers: TFCTL_TEST_NVSMI_DRIVER=old (or `"driver": "old"` in the config) plays a driver from
 before the `clocks_throttle_reasons` → `clocks_event_reasons` rename: its help lists only the old
@@ -83,6 +87,7 @@ class Gpu:
     power_limit_w: float | None
     has_fan: bool
     apps: list[tuple[int, str]] = field(default_factory=list)  # (pid, process name)
+    app_util: list[int | None] = field(default_factory=list)  # each app's TFCTL_TEST_GPU_UTIL
 
 
 @dataclass
@@ -177,6 +182,7 @@ def attach_processes(gpus: list[Gpu], own_env: dict[str, str]) -> None:
     tag = own_env.get("TFCTL_TEST_NVSMI_TAG")
     for gpu in gpus:
         gpu.apps.clear()
+        gpu.app_util.clear()
     for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
         env = read_environ(pid) if pid != own_pid else None
         if env is None or (tag is not None and env.get("TFCTL_TEST_NVSMI_TAG") != tag):
@@ -185,8 +191,10 @@ def attach_processes(gpus: list[Gpu], own_env: dict[str, str]) -> None:
         if not used or net_namespace(pid) != own_ns:
             continue
         name = process_name(pid)
+        declared = env.get("TFCTL_TEST_GPU_UTIL", "")
         for gpu in used:
             gpu.apps.append((int(pid), name))
+            gpu.app_util.append(int(declared) if declared.isdigit() else None)
 
 
 # --- values ---------------------------------------------------------------------------------
@@ -202,7 +210,12 @@ def timestamp() -> str:
 
 
 def utilization(gpu: Gpu) -> int:
-    return 90 + (int(time.time()) + gpu.index) % 10 if gpu.apps else 0
+    """0 without apps; the most any app declares when all declare one; else 90–99."""
+    if not gpu.apps:
+        return 0
+    if gpu.app_util and None not in gpu.app_util:
+        return min(100, max(u for u in gpu.app_util if u is not None))
+    return 90 + (int(time.time()) + gpu.index) % 10
 
 
 def memory_used(gpu: Gpu, machine: Machine) -> int:

@@ -37,6 +37,7 @@ from tests.lab.sshd import (
     wait_keygens,
     write_config,
 )
+from tests.lab.users import SYSTEM_PYTHON, LabUser, install_gpus, make_lab_user
 
 SSHD_PRESENT = Path(SSHD).exists()
 
@@ -85,6 +86,9 @@ class Lab:
         self.key = self.dir / "id_ed25519"
         self.known_hosts = self.dir / "known_hosts"
         self.authorized_keys = self.dir / "authorized_keys"
+        self.users_dir = self.dir / "users"
+        """Other Unix users' keys and workdirs (`add_user`, tests/lab/users.py)."""
+        self.users: dict[str, LabUser] = {}
         self.hosts: tuple[LabHost, ...] = ()
         try:
             self._start(names)
@@ -135,6 +139,11 @@ class Lab:
             path_dirs=[host.bin_dir],
             home=host.home,
             as_root=self.user == "root",
+            users_dir=self.users_dir,
+            owner=self.user,
+            # Each host its own claims folder (remote/agent/claims.py), as each machine has its
+            # own /tmp: the lab hosts share this machine's.
+            env={"TFCTL_CLAIMS_DIR": str(self.claims_dir(host.name))},
         )
         prefix: list[str] = []
         if host.namespace is not None:
@@ -179,6 +188,40 @@ class Lab:
             if host.name == name:
                 return host
         raise KeyError(f"no lab host {name!r} (hosts: {self.names})")
+
+    def claims_dir(self, name: str) -> Path:
+        """The host's claims folder (its sessions' TFCTL_CLAIMS_DIR), made by the first claim."""
+        return self.host(name).dir / "claims"
+
+    # ---------------------------------------------------------------- other users, GPUs
+
+    def add_user(self, name: str) -> LabUser:
+        """The Unix user `name` (made if missing) with its own key and a workdir on every host
+        (tests/lab/users.py); root lab only."""
+        if self.user != "root":
+            raise LabUnsupported("other users need the root lab")
+        if name not in self.users:
+            hosts = {h.name: h.dir for h in self.hosts}
+            self.users[name] = make_lab_user(self.dir, self.users_dir, name, hosts)
+        return self.users[name]
+
+    def install_gpus(self, name: str, count: int) -> Path:
+        """`count` stand-in GPUs on host `name` that every user's nvidia-smi sees."""
+        host = self.host(name)
+        return install_gpus(self.dir, host.dir, host.bin_dir, name, count)
+
+    def user_inventory_dict(self, user: LabUser, job: Mapping[str, Any], **kwargs: Any
+                            ) -> dict[str, Any]:
+        """`inventory_dict` for `user`: its login, key, workdirs and the system Python."""
+        given = kwargs.pop("host_fields", None) or {}
+        fields = {n: dict(given.get(n, {}), workdir=str(w)) for n, w in user.workdirs.items()
+                  if kwargs.get("hosts") is None or n in kwargs["hosts"]}
+        return self.inventory_dict(job, host_fields=fields, user=user.name,
+                                   identity_file=str(user.key), python=SYSTEM_PYTHON, **kwargs)
+
+    def write_user_inventory(self, user: LabUser, path: str | Path, job: Mapping[str, Any],
+                             **kwargs: Any) -> Path:
+        return dump_inventory(self.user_inventory_dict(user, job, **kwargs), Path(path))
 
     def address(self, name: str) -> str:
         return self.host(name).address

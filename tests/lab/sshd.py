@@ -60,6 +60,9 @@ def write_config(
     path_dirs: Sequence[Path],
     home: Path | None,
     as_root: bool,
+    users_dir: Path | None = None,
+    owner: str = "root",
+    env: dict[str, str] | None = None,
 ) -> None:
     """The sshd_config of one host: key-only root login, generous limits, a per-host PATH.
 
@@ -67,15 +70,19 @@ def write_config(
     own `~` like a real machine, and the shared /root/.bashrc is not sourced on every command.
     Under a test session its marker (TFCTL_TEST_SESSION, tests/leftovers.py) is set in every
     SSH session too, so what a session starts on the host, detached or not, is the suite's.
+    With `users_dir`, other Unix users log in too (tests/lab/users.py), each with the keys in
+    `users_dir/<user>/authorized_keys` and their own HOME; `home` and `authorized_keys` are then
+    the lab `owner`'s alone. `env`: more variables every session gets.
     """
     env_path = ":".join([*map(str, path_dirs), SYSTEM_PATH])
     marker = os.environ.get(SESSION_VAR)
     sftp = "internal-sftp" + (f" -d {home}" if home is not None else "")
+    keys_file = authorized_keys if users_dir is None else users_dir / "%u" / "authorized_keys"
     lines = [
         f"ListenAddress {listen}:{port}",
         f"HostKey {host_key}",
         f"PidFile {pid_file}",
-        f"AuthorizedKeysFile {authorized_keys}",
+        f"AuthorizedKeysFile {keys_file}",
         "PermitRootLogin prohibit-password" if as_root else "PermitRootLogin no",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
@@ -96,9 +103,15 @@ def write_config(
         "AcceptEnv LANG LC_*",
         f"Subsystem sftp {sftp}",
         "LogLevel VERBOSE",
-        "SetEnv PATH=" + env_path + (f" HOME={home}" if home is not None else "")
-        + (f" {SESSION_VAR}={marker}" if marker else ""),
     ]
+    session = f" {SESSION_VAR}={marker}" if marker else ""
+    session += "".join(f" {k}={v}" for k, v in (env or {}).items())
+    owner_env = "SetEnv PATH=" + env_path + (f" HOME={home}" if home is not None else "") + session
+    if users_dir is None:
+        lines.append(owner_env)
+    else:  # Match blocks come last: everything after one belongs to it
+        lines += ["SetEnv PATH=" + env_path + session, f"Match User {owner}",
+                  f"  AuthorizedKeysFile {authorized_keys}", "  " + owner_env]
     path.write_text("\n".join(lines) + "\n")
 
 

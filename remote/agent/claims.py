@@ -1,0 +1,363 @@
+"""Claims: what each user's tfctl holds or reserves on this host, in a folder every user reads.
+
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+
+A lab's box is shared by several Unix users, and nvidia-smi names only pids: a run of another
+user is, from /proc alone, a pid whose environment we may not read. So each run leaves a claim
+on its hosts, and a reservation is a claim with an end time and no process. The format is in
+docs/claims.md; in short, one JSON file per claim in the claims folder (`claims_dir()`:
+`$TFCTL_CLAIMS_DIR`, else /tmp/tfctl-claims), named `<user>.<kind>.<id>.json`.
+
+The folder follows /tmp's rules: mode 1777 (anyone writes, the sticky bit lets only a file's
+owner, the folder's owner and root remove or replace a file), created by whoever comes first.
+Claims are other users' data, so a reader trusts nothing in them it can check otherwise:
+- the user is the file's owner (its uid, from the descriptor opened with O_NOFOLLOW), never the
+  `user` written inside; a file named after another user than its owner is skipped;
+- a symbolic link is never followed, nor anything but a regular file read; a file over
+  MAX_CLAIM_BYTES, bad JSON or a record of the wrong shape is skipped — each with one warning;
+- a run claim is `live` only while one of its recorded processes (pid and start time, owned by
+  the claim's uid, in this boot) runs; otherwise it is `stale`, shown so and never obeyed; a
+  reservation past its end is `expired`, and its owner's next command removes it.
+Only the owner removes a claim: `remove_claim` checks the file's uid before unlinking (and the
+sticky bit stops anyone else's unlink anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+from typing import Any
+
+from tfctl.remote.agent.boot import boot_id
+from tfctl.remote.agent.proc import proc_stat, proc_uid, same_process, start_ticks, user_name
+from tfctl.remote.agent.run import read_json, task_file
+from tfctl.remote.agent.state import WATCH_PID
+
+CLAIMS_DIR_VAR = "TFCTL_CLAIMS_DIR"
+DEFAULT_CLAIMS_DIR = "/tmp/tfctl-claims"
+CLAIM_FORMAT = "tfctl-claim/1"
+MAX_CLAIM_BYTES = 64 * 1024
+MAX_CLAIM_FILES = 1024
+MAX_TEXT = 200
+KINDS = ("run", "reservation")
+_ID = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def claims_dir() -> str:
+    return os.environ.get(CLAIMS_DIR_VAR) or DEFAULT_CLAIMS_DIR
+
+
+def claim_file_name(user: str, kind: str, ident: str) -> str:
+    """`alice.run.20261125-101500-ab12.json`: the user first, so a file named after one user
+    and owned by another is seen for what it is."""
+    return f"{user}.{kind}.{_ID.sub('_', ident)[:120]}.json"
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why `folder` cannot hold claims safely (not a real directory, not sticky and writable
+    by all), or None."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return "it does not exist"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link (not followed)"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if (st.st_mode & 0o1777) != 0o1777:
+        return f"its mode is {stat.S_IMODE(st.st_mode):o}, not 1777 (sticky, writable by all)"
+    return None
+
+
+def ensure_folder(folder: str) -> str | None:
+    """Make the claims folder (mode 1777) unless it exists; why it is unusable, or None."""
+    try:
+        os.mkdir(folder, 0o700)  # private until its mode is set (no window for another user)
+        os.chmod(folder, 0o1777)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot make the claims folder {folder}: {exc.strerror or exc}"
+    problem = folder_problem(folder)
+    return None if problem is None else f"claims folder {folder} is unusable: {problem}"
+
+
+# ---------------------------------------------------------------- reading other users' files
+
+def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
+    return None if value is None else str(value)[:limit]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _gpus(value: Any) -> list[Any]:
+    """GPU tokens: host indices (int) or UUID strings, at most 64 of them."""
+    if not isinstance(value, list):
+        raise ValueError("gpus is not a list")
+    out: list[Any] = []
+    for token in value[:64]:
+        if isinstance(token, int) and not isinstance(token, bool) and token >= 0:
+            out.append(token)
+        elif isinstance(token, str) and token.strip():
+            out.append(int(token) if token.isdigit() else token[:64])
+        else:
+            raise ValueError(f"bad GPU {token!r}")
+    return out
+
+
+def _task(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("a task is not an object")
+    return {"name": _text(value.get("name"), 64), "gpus": _gpus(value.get("gpus") or []),
+            "pid": _int(value.get("pid")), "pgid": _int(value.get("pgid")),
+            "start_ticks": _int(value.get("start_ticks")),
+            "supervisor_pid": _int(value.get("supervisor_pid")),
+            "supervisor_start_ticks": _int(value.get("supervisor_start_ticks"))}
+
+
+def parse_claim(raw: Any) -> dict[str, Any]:
+    """The checked fields of a claim's JSON (ValueError for anything not a claim); pure.
+    The owner is not among them: it comes from the file."""
+    if not isinstance(raw, dict) or raw.get("format") != CLAIM_FORMAT:
+        raise ValueError(f"not a {CLAIM_FORMAT} record")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    tasks = raw.get("tasks") or []
+    if not isinstance(tasks, list) or len(tasks) > 256:
+        raise ValueError("tasks is not a list")
+    claim = {"kind": kind, "run_id": _text(raw.get("run_id"), 120), "job": _text(raw.get("job")),
+             "host": _text(raw.get("host"), 120), "since": _number(raw.get("since")),
+             "until": _number(raw.get("until")), "note": _text(raw.get("note")),
+             "gpus": _gpus(raw.get("gpus") or []), "tasks": [_task(t) for t in tasks],
+             "watcher_pid": _int(raw.get("watcher_pid")),
+             "watcher_start_ticks": _int(raw.get("watcher_start_ticks")),
+             "boot_id": _text(raw.get("boot_id"), 64)}
+    if kind == "reservation" and claim["until"] is None:
+        raise ValueError("a reservation without an end")
+    return claim
+
+
+def _read_one(folder: str, name: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(claim, None), (None, warning), or (None, None) for a file that is no claim's name."""
+    parts = name.split(".")
+    if name.startswith(".") or not name.endswith(".json") or len(parts) < 4:
+        return None, None  # a temporary file being written, or not ours
+    named_user, kind = parts[0], parts[1]
+    path = os.path.join(folder, name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None, None  # removed meanwhile
+    if stat.S_ISLNK(st.st_mode):
+        return None, f"skipped claim {path}: a symbolic link (not followed)"
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"skipped claim {path}: not a regular file"
+    if st.st_size > MAX_CLAIM_BYTES:
+        return None, f"skipped claim {path}: {st.st_size} bytes, over {MAX_CLAIM_BYTES}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return None, f"skipped claim {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"skipped claim {path}: not a regular file"
+        data = f.read(MAX_CLAIM_BYTES + 1)
+    owner = user_name(st.st_uid)
+    if owner != named_user:
+        return None, (f"skipped claim {path}: named after user {named_user} but owned by "
+                      f"{owner}")
+    if len(data) > MAX_CLAIM_BYTES:
+        return None, f"skipped claim {path}: over {MAX_CLAIM_BYTES} bytes"
+    try:
+        claim = parse_claim(json.loads(data.decode("utf-8")))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return None, f"skipped claim {path}: {str(exc)[:120] or type(exc).__name__}"
+    if claim["kind"] != kind:
+        return None, f"skipped claim {path}: its name says {kind}, its record {claim['kind']}"
+    claim.update(file=name, uid=st.st_uid, user=owner)
+    return claim, None
+
+
+def claim_state(claim: dict[str, Any], now_s: float) -> str:
+    """`live`, `stale` (a run whose processes are all gone, or of another boot) or `expired`
+    (a reservation past its end)."""
+    if claim["kind"] == "reservation":
+        return "expired" if (claim["until"] or 0) <= now_s else "live"
+    if claim.get("boot_id") and boot_id() and claim["boot_id"] != boot_id():
+        return "stale"
+    recorded = [(claim.get("watcher_pid"), claim.get("watcher_start_ticks"))]
+    for task in claim["tasks"]:
+        recorded += [(task["pid"], task["start_ticks"]),
+                     (task["supervisor_pid"], task["supervisor_start_ticks"])]
+    for pid, ticks in recorded:
+        if same_process(pid, ticks) and proc_uid(pid) == claim["uid"]:
+            return "live"
+    return "stale"
+
+
+def read_claims(folder: str | None = None, now_s: float | None = None
+                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every claim in the folder with its `state`, and one warning per file skipped."""
+    import time
+
+    folder = folder or claims_dir()
+    now_s = time.time() if now_s is None else now_s
+    problem = folder_problem(folder)
+    if problem == "it does not exist":
+        return [], []
+    if problem is not None:
+        return [], [f"claims folder {folder} is not read: {problem}"]
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        return [], [f"claims folder {folder} is not read: {exc.strerror or exc}"]
+    warnings = []
+    if len(names) > MAX_CLAIM_FILES:
+        warnings.append(f"claims folder {folder} holds {len(names)} files: only the first "
+                        f"{MAX_CLAIM_FILES} are read")
+        names = names[:MAX_CLAIM_FILES]
+    claims = []
+    for name in names:
+        claim, warning = _read_one(folder, name)
+        if warning:
+            warnings.append(warning)
+        if claim is not None:
+            claim["state"] = claim_state(claim, now_s)
+            claims.append(claim)
+    return claims, warnings
+
+
+# ---------------------------------------------------------------- writing and removing our own
+
+def write_claim(kind: str, ident: str, record: dict[str, Any],
+                folder: str | None = None) -> str:
+    """Write (or replace) our claim atomically; its path. OSError/ValueError when it cannot."""
+    folder = folder or claims_dir()
+    problem = ensure_folder(folder)
+    if problem:
+        raise ValueError(problem)
+    me = user_name(os.getuid()) or str(os.getuid())
+    body = dict(record, format=CLAIM_FORMAT, kind=kind, user=me)
+    parse_claim(json.loads(json.dumps(body)))  # what we write, others must be able to read
+    path = os.path.join(folder, claim_file_name(me, kind, ident))
+    tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)  # the sticky bit refuses replacing another user's file
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def remove_claim(name: str, folder: str | None = None) -> bool:
+    """Remove our claim file `name`; False when it is gone or not ours (left untouched)."""
+    folder = folder or claims_dir()
+    if "/" in name or name.startswith("."):
+        return False
+    path = os.path.join(folder, name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if st.st_uid != os.getuid():
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+def sweep_own(claims: list[dict[str, Any]], folder: str | None = None) -> list[str]:
+    """Remove our claims that are stale or expired; the names removed."""
+    return [c["file"] for c in claims if c["uid"] == os.getuid()
+            and c["state"] in ("stale", "expired") and remove_claim(c["file"], folder)]
+
+
+# ---------------------------------------------------------------- a run's claim
+
+def mask_gpus(mask: Any) -> list[Any]:
+    """CUDA_VISIBLE_DEVICES as GPU tokens, up to CUDA's first invalid entry."""
+    out: list[Any] = []
+    for token in (t.strip() for t in str(mask or "").split(",")):
+        if token.isdigit():
+            out.append(int(token))
+        elif token.startswith(("GPU-", "MIG-")):
+            out.append(token)
+        else:
+            break
+    return out
+
+
+def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
+                     watcher_pid: int | None = None) -> dict[str, Any]:
+    """The claim of a run on this host, from its manifest and its tasks' pid records."""
+    import time
+
+    tasks, gpus = [], []
+    for task in manifest.get("tasks", []):
+        rec = read_json(task_file(run_dir, task["name"], ".pid.json")) or {}
+        env = task.get("env") or {}
+        mask = env.get("CUDA_VISIBLE_DEVICES", task.get("cuda_visible_devices"))
+        used = mask_gpus(mask)
+        gpus += [g for g in used if g not in gpus]
+        tasks.append({"name": task["name"], "gpus": used, "pid": rec.get("pid"),
+                      "pgid": rec.get("pgid"), "start_ticks": rec.get("start_ticks"),
+                      "supervisor_pid": rec.get("supervisor_pid"),
+                      "supervisor_start_ticks": rec.get("supervisor_start_ticks")})
+    watcher = read_json(os.path.join(run_dir, WATCH_PID)) or {}
+    if watcher_pid:  # just started: it may not have written its record yet
+        watcher = {"pid": watcher_pid, "start_ticks": start_ticks(watcher_pid)}
+    return {"run_id": run_id, "job": manifest.get("inventory"), "host": manifest.get("host"),
+            "since": manifest.get("created_at") or time.time(), "until": None, "note": None,
+            "gpus": gpus, "tasks": tasks, "watcher_pid": watcher.get("pid"),
+            "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id()}
+
+
+def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],
+              watcher_pid: int | None = None) -> str | None:
+    """Leave (or refresh) the run's claim on this host; a warning when it cannot, else None.
+    A claim is a courtesy to the other users: a run never fails for want of one."""
+    try:
+        write_claim("run", run_id, run_claim_record(run_dir, run_id, manifest, watcher_pid))
+    except (OSError, ValueError) as exc:
+        return f"no claim left for run {run_id}: {exc}"
+    return None
+
+
+def release_run(run_id: str) -> bool:
+    me = user_name(os.getuid()) or str(os.getuid())
+    return remove_claim(claim_file_name(me, "run", run_id))
+
+
+def process_since(pid: int) -> float | None:
+    """When the process started (epoch seconds), from its start ticks and the boot time."""
+    found = proc_stat(pid)
+    if found is None:
+        return None
+    try:
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return btime + found[2] / os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,305 @@
+"""One host as the lab sees it, reservations, and the idle sampler (`lab`, `reserve`, `release`).
+
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Last in the program, it adds its operations to `main.OPS`.
+
+`lab` answers in one request everything `tfctl lab` shows of a host: nvidia-smi's GPUs and
+compute apps, who each of those processes is (/proc: uid, command, start time, process group),
+the claims (claims.py) and how long each holder has kept its GPU under IDLE_UTIL_PCT.
+
+Idle time is measured, never guessed: a sampler (one per user and workdir on the host, started
+by the first `lab` request and ending LINGER_S after the last) reads utilization and compute
+apps every `sample_s` seconds and keeps, per GPU and pid, when the current run of low samples
+began; a gap of more than GAP_SAMPLES samples restarts it. A holder is shown idle for the time
+since that start, and only while the sampler's last sample is recent.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from tfctl.remote.agent.claims import (
+    claim_file_name,
+    parse_claim,
+    process_since,
+    read_claims,
+    remove_claim,
+    sweep_own,
+    write_claim,
+)
+from tfctl.remote.agent.main import OPS, expand, need
+from tfctl.remote.agent.proc import cmdline, proc_stat, proc_tags, proc_uid, user_name
+from tfctl.remote.agent.run import AgentError, fork_detached, read_json, write_json
+
+IDLE_UTIL_PCT = 5.0
+SAMPLE_S = 10.0
+LINGER_S = 3600.0
+GAP_SAMPLES = 3
+LAB_FOLDER = ".tfctl/lab"
+GPU_QUERY = "index,uuid,memory.used,memory.total,utilization.gpu,name"
+APP_QUERY = "gpu_uuid,pid,used_memory"
+
+
+# ---------------------------------------------------------------- nvidia-smi, read plainly
+
+def _value(text: str) -> float | None:
+    """A CSV cell as a number; None for `[N/A]`, `[Not Supported]` and the like."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def parse_gpu_lines(text: str) -> list[dict[str, Any]]:
+    """`--query-gpu=GPU_QUERY --format=csv,noheader,nounits` rows; other lines are skipped.
+    The name comes last, so a comma in it is kept."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",", 5)]
+        if len(cells) != 6 or not cells[0].isdigit():
+            continue
+        gpus.append({"index": int(cells[0]), "uuid": cells[1], "memory_used_mib": _value(cells[2]),
+                     "memory_total_mib": _value(cells[3]), "utilization_pct": _value(cells[4]),
+                     "name": cells[5]})
+    return gpus
+
+
+def parse_app_lines(text: str) -> list[dict[str, Any]]:
+    """`--query-compute-apps=APP_QUERY --format=csv,noheader,nounits` rows."""
+    apps = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 3 or not cells[1].isdigit():
+            continue
+        apps.append({"gpu_uuid": cells[0], "pid": int(cells[1]),
+                     "used_memory_mib": _value(cells[2])})
+    return apps
+
+
+def _nvidia_smi(args: list[str]) -> tuple[str, str | None]:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return "", "no nvidia-smi on the PATH there"
+    try:
+        done = subprocess.run([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "", f"nvidia-smi did not answer: {exc}"
+    out = done.stdout.decode(errors="replace")
+    if done.returncode != 0:
+        first = (out.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        return out, f"nvidia-smi failed: {first}"
+    return out, None
+
+
+def query_gpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """(GPUs, compute apps, error or None), in two nvidia-smi calls."""
+    fmt = "--format=csv,noheader,nounits"
+    out, error = _nvidia_smi([f"--query-gpu={GPU_QUERY}", fmt])
+    if error is not None:
+        return [], [], "nvidia-smi lists no GPUs" if "No devices" in out else error
+    gpus = parse_gpu_lines(out)
+    out, error = _nvidia_smi([f"--query-compute-apps={APP_QUERY}", fmt])
+    return gpus, ([] if error else parse_app_lines(out)), error
+
+
+def describe_holder(pid: int) -> dict[str, Any] | None:
+    """Who a GPU's process is: uid, user, command, since, process group (None: gone)."""
+    found = proc_stat(pid)
+    if found is None or found[0] in ("Z", "X"):
+        return None
+    uid = proc_uid(pid)
+    run, task = proc_tags(pid)  # only readable for our own processes
+    command = cmdline(pid)
+    return {"pid": pid, "uid": uid, "user": user_name(uid), "pgid": found[1],
+            "cmdline": None if command is None else command[:200], "since": process_since(pid),
+            "tfctl_run_id": run, "tfctl_task": task}
+
+
+# ---------------------------------------------------------------- the idle sampler
+
+def next_low(prev: dict[str, Any] | None, t: float, gpus: list[dict[str, Any]],
+             apps: list[dict[str, Any]], sample_s: float) -> dict[str, Any]:
+    """The sampler's state after a sample at `t`: per GPU index, its utilization and, per pid
+    on it, since when every sample has seen that pid there under IDLE_UTIL_PCT; pure."""
+    prev = prev or {}
+    joined = bool(prev) and t - float(prev.get("t") or 0) <= GAP_SAMPLES * sample_s + 1
+    by_uuid = {g["uuid"]: g["index"] for g in gpus}
+    pids: dict[int, list[int]] = {}
+    for app in apps:
+        index = by_uuid.get(app["gpu_uuid"])
+        if index is not None:
+            pids.setdefault(index, []).append(app["pid"])
+    state: dict[str, Any] = {"t": t, "sample_s": sample_s, "gpus": {},
+                             "started": prev.get("started") if joined else t}
+    for gpu in gpus:
+        key, util = str(gpu["index"]), gpu["utilization_pct"]
+        before = ((prev.get("gpus") or {}).get(key) or {}).get("low") or {} if joined else {}
+        low = {}
+        if util is not None and util < IDLE_UTIL_PCT:
+            for pid in pids.get(gpu["index"], []):
+                low[str(pid)] = before.get(str(pid), t)
+        state["gpus"][key] = {"util": util, "low": low}
+    return state
+
+
+def _lab_folder(workdir: str) -> str:
+    folder = os.path.join(workdir, LAB_FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def sample_forever(folder: str) -> int:
+    """The sampler's body (detached): sample while someone looks, under an exclusive lock."""
+    import fcntl
+
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write("tfctl-lab-idle")
+    except OSError:
+        pass  # only cosmetic
+    lock = open(os.path.join(folder, "sampler.lock"), "a")  # noqa: SIM115  # held until exit
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another sampler of ours runs
+    path = os.path.join(folder, "sampler.json")
+    while True:
+        wanted = read_json(os.path.join(folder, "wanted.json")) or {}
+        if time.time() > float(wanted.get("until") or 0):
+            return 0
+        sample_s = max(0.5, float(wanted.get("sample_s") or SAMPLE_S))
+        gpus, apps, error = query_gpus()
+        if error is None:
+            write_json(path, next_low(read_json(path), time.time(), gpus, apps, sample_s))
+        time.sleep(sample_s)
+
+
+def ensure_sampler(folder: str, sample_s: float, linger_s: float) -> None:
+    """Keep the sampler wanted for `linger_s` more seconds, and started if none runs."""
+    import fcntl
+
+    write_json(os.path.join(folder, "wanted.json"), {"until": time.time() + linger_s,
+                                                     "sample_s": sample_s})
+    with open(os.path.join(folder, "sampler.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # one runs
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    fork_detached(lambda: sample_forever(folder))
+
+
+def idle_report(folder: str, now_s: float) -> dict[str, Any]:
+    """What the sampler measured, if its last sample is recent: per GPU, pid → low since."""
+    state = read_json(os.path.join(folder, "sampler.json")) or {}
+    sample_s = float(state.get("sample_s") or SAMPLE_S)
+    fresh = bool(state) and now_s - float(state.get("t") or 0) <= GAP_SAMPLES * sample_s + 1
+    if not fresh:
+        return {"sampled_at": None, "watching_since": None, "sample_s": sample_s,
+                "low_since": {}}
+    return {"sampled_at": state["t"], "watching_since": state.get("started"),
+            "sample_s": sample_s,
+            "low_since": {k: v.get("low") or {} for k, v in (state.get("gpus") or {}).items()}}
+
+
+# ---------------------------------------------------------------- the operations
+
+def _me() -> dict[str, Any]:
+    return {"uid": os.getuid(), "user": user_name(os.getuid())}
+
+
+def _claims_answer() -> dict[str, Any]:
+    claims, warnings = read_claims()
+    removed = sweep_own(claims)
+    return {"me": _me(), "claims": [c for c in claims if c["file"] not in removed],
+            "warnings": warnings, "removed": removed, "now": time.time()}
+
+
+def op_lab(req: dict[str, Any]) -> dict[str, Any]:
+    """Everything `tfctl lab` shows of this host, in one request."""
+    answer = _claims_answer()
+    gpus, apps, error = query_gpus()
+    procs = {str(p): describe_holder(p) for p in sorted({a["pid"] for a in apps})}
+    answer.update(hostname=os.uname().nodename, gpus=gpus, apps=apps, error=error, procs=procs)
+    folder = _lab_folder(expand(need(req, "workdir")))
+    if not error and gpus:
+        ensure_sampler(folder, float(req.get("sample_s") or SAMPLE_S),
+                       float(req.get("linger_s") or LINGER_S))
+    answer["idle"] = idle_report(folder, time.time())
+    return answer
+
+
+def op_claims(req: dict[str, Any]) -> dict[str, Any]:
+    """The claims on this host (ours that are stale or expired removed), for `reserve --list`
+    and the busy-GPU check."""
+    return _claims_answer()
+
+
+def _gpu_list(req: dict[str, Any]) -> list[int]:
+    gpus = need(req, "gpus")
+    if not isinstance(gpus, list) or not all(isinstance(g, int) and g >= 0 for g in gpus):
+        raise AgentError("bad_request", "gpus must be a list of GPU indices")
+    return sorted(set(gpus))
+
+
+def op_reserve(req: dict[str, Any]) -> dict[str, Any]:
+    """Reserve GPUs (one claim each) until `until`; refused where another user's reservation
+    stands, unless `force`. Our own earlier reservation of a GPU is replaced."""
+    gpus, until = _gpu_list(req), float(need(req, "until"))
+    note = req.get("note")
+    found = _claims_answer()
+    me = found["me"]["uid"]
+    theirs = [c for c in found["claims"] if c["uid"] != me and c["state"] == "live"]
+    taken = [(g, c) for g in gpus for c in theirs
+             if c["kind"] == "reservation" and g in c["gpus"]]
+    if taken and not req.get("force"):
+        g, c = taken[0]
+        said = f" ({c['note']})" if c.get("note") else ""
+        raise AgentError("reserved", f"GPU {g} is reserved by {c['user']} until "
+                         f"{_reserved_until(c['until'])}{said}",
+                         user=c["user"], until=c["until"], gpu=g)
+    now_s = time.time()
+    for g in gpus:
+        record = {"run_id": None, "job": None, "host": req.get("host"), "since": now_s,
+                  "until": until, "note": None if note is None else str(note)[:200],
+                  "gpus": [g], "tasks": []}
+        parse_claim(dict(record, format="tfctl-claim/1", kind="reservation"))
+        try:
+            write_claim("reservation", f"gpu{g}", record)
+        except (OSError, ValueError) as exc:
+            raise AgentError("claims", f"cannot reserve GPU {g}: {exc}") from exc
+    held = [{"gpu": g, "user": c["user"], "run_id": c["run_id"], "kind": c["kind"],
+             "until": c["until"]} for g in gpus for c in theirs if g in c["gpus"]]
+    return {"reserved": gpus, "until": until, "note": note, "others": held, "me": found["me"],
+            "warnings": found["warnings"]}
+
+
+def op_release(req: dict[str, Any]) -> dict[str, Any]:
+    """Remove our reservations of `gpus`; name any another user holds (not ours to remove)."""
+    gpus = _gpu_list(req)
+    found = _claims_answer()
+    me = found["me"]
+    released, missing, others = [], [], []
+    for g in gpus:
+        name = claim_file_name(str(me["user"]), "reservation", f"gpu{g}")
+        if remove_claim(name):
+            released.append(g)
+            continue
+        missing.append(g)
+        others += [{"gpu": g, "user": c["user"], "until": c["until"]} for c in found["claims"]
+                   if c["kind"] == "reservation" and g in c["gpus"] and c["uid"] != me["uid"]]
+    return {"released": released, "not_reserved": missing, "others": others, "me": me,
+            "warnings": found["warnings"]}
+
+
+def _reserved_until(wall_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(wall_s))
+
+
+OPS.update({"lab": op_lab, "claims": op_claims, "reserve": op_reserve, "release": op_release})
