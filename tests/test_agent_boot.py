@@ -66,6 +66,7 @@ def test_a_task_of_an_earlier_boot_is_lost_with_the_boot_time(lab: Lab) -> None:
     st = lab.status(run_id)
     assert st["worker:0"]["state"] == "lost"
     assert st["worker:0"]["host_restarted_at"] == boot.booted_at()
+    assert (st["worker:0"]["pid"], st["worker:0"]["supervisor_pid"]) == (None, None)
     assert st["worker:1"]["state"] == "running" and st["worker:1"]["host_restarted_at"] is None
 
 

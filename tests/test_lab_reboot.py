@@ -66,6 +66,7 @@ def test_a_restarted_host_is_lost_and_restart_brings_its_tasks_back(isolated_lab
         for name in ("ps:1", "worker:1"):
             assert tasks[name]["state"] == "lost", tasks[name]
             assert tasks[name]["host_restarted_at_s"] == boot.booted_at
+            assert tasks[name]["pid"] is None  # its pid named a process of the earlier boot
         assert tasks["worker:0"]["state"] == "running"
         assert tasks["ps:0"]["host_restarted_at_s"] is None
         assert (st["job_ended"], st["fatal"], st["stopped"]) == (False, None, [])

@@ -142,6 +142,9 @@ def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any], tail: int
     for task in tasks:
         obs = seen[task["name"]]
         pid_rec, exit_rec = obs["pid"] or {}, obs["exit"] or {}
+        if obs.get("host_restarted_at") is not None:  # its pids name nothing of this boot
+            pid_rec = {k: v for k, v in pid_rec.items()
+                       if k not in ("pid", "pgid", "supervisor_pid")}
         started, ended = pid_rec.get("started_at"), exit_rec.get("ended_at")
         if started and obs["state"] in ("running", "starting"):
             uptime = round(time.time() - started, 3)
