@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +152,22 @@ def test_every_worker_rule_needs_each_worker_ended_or_silent_past_the_window() -
     assert [judge.verdict({}, t, probe) for t in (0, 30, 299)] == [None, None, None]
     assert judge.verdict({}, 300, probe) == \
         "worker:0 ended; worker:1 silent for 300 s (no answer from its port)"
+
+
+def test_the_deciders_ports_are_probed_at_once() -> None:
+    """Every silent port costs the probe's whole timeout: one after the other, a host cut off
+    from sixteen workers would look once every sixteen seconds."""
+    rule = dict(RULE, mode="all", deciders=[
+        dict(RULE["deciders"][0], name=f"worker:{i}", port=2223 + i) for i in range(4)])
+    judge = EndJudge(rule, "h2", 0.0)
+    together = threading.Barrier(4, timeout=10)
+
+    def probe(address: str, port: int) -> tuple[str, str]:
+        together.wait()  # broken (an error) unless all four probes are under way at once
+        return SILENT, "timed out"
+
+    assert judge.verdict({}, 0, probe) is None
+    assert sorted(judge.silences()) == ["worker:0", "worker:1", "worker:2", "worker:3"]
 
 
 # ---------------------------------------------------------------- a real watcher

@@ -59,6 +59,7 @@ WATCH_TICK_S = 1.0
 CLOSED_FOR_GOOD_S = 20.0
 SILENCE_WINDOW_S = 600.0
 PROBE_TIMEOUT_S = 1.0
+PROBES_AT_ONCE = 32
 WORKER_GRACE_S = 60.0
 STOP_GRACE_S = 5.0
 UP_MARK = "up.json"
@@ -216,7 +217,9 @@ class EndJudge:
                 probe: Any) -> str | None:
         if not self.deciders:
             return None
-        how = {d["name"]: self._ended(d, local_ended, now_s, probe) for d in self.deciders}
+        looks = self._look(probe)
+        how = {d["name"]: self._ended(d, local_ended, now_s, looks.get(d["name"]))
+               for d in self.deciders}
         ended = all(how.values()) if self.mode == "all" else any(how.values())
         if not ended:
             return None
@@ -228,13 +231,26 @@ class EndJudge:
                           "(no answer from its port)")
         return "; ".join(causes)
 
+    def _look(self, probe: Any) -> dict[str, tuple[str, str]]:
+        """Each remote decider's port probed, all at once: a silent one costs the probe's whole
+        timeout, and a tick must not take that many times over (every worker of a job with no
+        chief, seen from a host cut off from them)."""
+        remote = [d for d in self.deciders if d.get("host") != self.host]
+        if len(remote) <= 1:
+            return {d["name"]: probe(d["address"], int(d["port"])) for d in remote}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(len(remote), PROBES_AT_ONCE)) as pool:
+            asked = {d["name"]: pool.submit(probe, d["address"], int(d["port"])) for d in remote}
+        return {name: future.result() for name, future in asked.items()}
+
     def _ended(self, decider: dict[str, Any], local_ended: dict[str, dict[str, Any]],
-               now_s: float, probe: Any) -> str | None:
+               now_s: float, look: tuple[str, str] | None) -> str | None:
         """`ended`, `silent` (for longer than the silence window), or None: not ended."""
         name = decider["name"]
-        if decider.get("host") == self.host:
+        if decider.get("host") == self.host or look is None:
             return "ended" if name in local_ended else None
-        outcome, words = probe(decider["address"], int(decider["port"]))
+        outcome, words = look
         if outcome == OPEN:
             self.seen_open.add(name)
             self.closed_since.pop(name, None)
