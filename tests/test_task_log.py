@@ -4,6 +4,7 @@ settings and `check`'s free-space floor. On the lab: tests/test_lab_disk_full.py
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tfctl.inventory.load import parse_inventory
-from tfctl.remote.agent.run import TaskLog, relay_until_exit
+from tfctl.remote.agent.run import TaskLog, relay_until_exit, write_json_when_room
 from tfctl.remote.runs.check import judge_room
 from tfctl.remote.runs.launch import task_manifest
 
@@ -100,3 +101,24 @@ def test_check_warns_below_the_floor() -> None:
     assert level == "warn"
     assert text.startswith("only 300 MB free in the workdir's filesystem, below "
                            "job.disk_floor_mb (1024 MB)")
+
+
+def test_a_task_s_end_waits_for_room_to_be_recorded(small_fs: Path) -> None:
+    """The supervisor's exit record on a full disk: written once there is room, no temp file
+    left meanwhile (status and the job's end read the task's end from it)."""
+    import threading
+
+    filler = small_fs / "filler"
+    with open(filler, "wb", buffering=0) as f, pytest.raises(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    record = small_fs / "worker-0.exit.json"
+    writer = threading.Thread(target=write_json_when_room,
+                              args=(str(record), {"exit_code": 0, "pad": "x" * 8000}, 0.05))
+    writer.start()
+    writer.join(0.5)
+    assert writer.is_alive() and not record.exists()
+    assert [p.name for p in small_fs.iterdir()] == ["filler"]  # no temp file kept
+    filler.unlink()
+    writer.join(10)
+    assert not writer.is_alive() and json.loads(record.read_text())["exit_code"] == 0

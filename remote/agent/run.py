@@ -23,6 +23,7 @@ room again; the task's own writes never fail for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools  # loaded anyway (json imports re, which imports it)
 import json
 import os
@@ -66,11 +67,32 @@ def task_file(run_dir: str, task: str, suffix: str) -> str:
 
 
 def write_json(path: str, value: Any) -> None:
-    """Write atomically (temp file + rename): readers never see half a record."""
+    """Write atomically (temp file + rename): readers never see half a record, and a write
+    that fails (no room) leaves no temp file behind."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(value, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_when_room(path: str, value: Any, every_s: float = 1.0) -> None:
+    """`write_json`, tried again every `every_s` while the disk has no room for it (ENOSPC,
+    EDQUOT): a task's end must reach its record, which status and the job's end read."""
+    import errno
+
+    while True:
+        try:
+            write_json(path, value)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+        time.sleep(every_s)
 
 
 def read_json(path: str) -> Any:
@@ -339,14 +361,17 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte or `=` in argv/env
             error = f"cannot start {name}: {argv[0]}: {getattr(exc, 'strerror', None) or exc}"
             _log(error)
-            write_json(paths[".exit.json"], dict(exit_code=127, signal=None, ended_at=now(),
-                                                 error=error, restarts=restarts))
+            write_json_when_room(paths[".exit.json"], dict(
+                exit_code=127, signal=None, ended_at=now(), error=error, restarts=restarts))
             return 1
-        write_json(paths[".pid.json"], {
-            "pid": child.pid, "pgid": os.getpgrp(), "supervisor_pid": me,
-            "started_at": now(), "start_ticks": start_ticks(child.pid),
-            "supervisor_start_ticks": start_ticks(me), "restarts": restarts,
-            "last_exit": last_exit, "boot_id": boot_id()})
+        try:
+            write_json(paths[".pid.json"], {
+                "pid": child.pid, "pgid": os.getpgrp(), "supervisor_pid": me,
+                "started_at": now(), "start_ticks": start_ticks(child.pid),
+                "supervisor_start_ticks": start_ticks(me), "restarts": restarts,
+                "last_exit": last_exit, "boot_id": boot_id()})
+        except OSError as exc:  # no room: the task runs on, its output relayed all the same
+            _log(f"{name}'s pid record could not be written: {exc.strerror or exc}")
         if os.path.exists(paths[".stopped"]):  # `stop` ran between our check and the start
             child.terminate()
         last_exit = exit_record(relay_until_exit(child, pipe, log))
@@ -361,7 +386,7 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
                 _wait_for_peers_down(_training_peers(env), paths[".stopped"])
             if not _sleep_unless(paths[".stopped"], float(policy.get("backoff_s", 2.0))):
                 continue
-        write_json(paths[".exit.json"], dict(last_exit, restarts=restarts))
+        write_json_when_room(paths[".exit.json"], dict(last_exit, restarts=restarts))
         return 0
 
 
