@@ -1,12 +1,12 @@
 """Connections that outlive a command (issue 20), on the real sshd lab.
 
-A command with `--persist` that finds no holder connects by itself and starts one on its way
-out; the commands after it borrow that holder's agent sessions: the same agent processes answer
-`up`, `status` and `down` (none is started, no SSH handshake), and the run is as whole and as
-cleanly stopped as without it. The holder ends its sessions and itself after the persist time;
-a connection kept under `--accept-new-host-keys` is never lent to a command without it; a cut
-host is named unreachable and reconnected after its heal; Ctrl-C during `up` still leaves
-nothing of the run; and only the holder's user can reach its socket.
+A command with `--persist` that finds no holder starts one and borrows its agent sessions from
+it; the commands after it, even one typed the moment it returned, borrow the same sessions: the
+same agent processes answer `up`, `status` and `down` (none is started, no SSH handshake), and
+the run is as whole and as cleanly stopped as without it. The holder ends its sessions and
+itself after the persist time; a connection kept under `--accept-new-host-keys` is never lent
+to a command without it; a cut host is named unreachable and reconnected after its heal; Ctrl-C
+during `up` still leaves nothing of the run; and only the holder's user can reach its socket.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_the_commands_after_the_first_borrow_its_agent_sessions(  # type: ignore
     inv = light(lab, tmp_path)
     down_after.append(inv)
     runtime = Path(held["XDG_RUNTIME_DIR"])
-    ok(tfctl(inv, "runs", env=held))  # connects by itself, then starts the holder
+    ok(tfctl(inv, "runs", env=held))  # starts the holder, and opens its sessions through it
     [holder] = wait_until(lambda: holders(runtime), "holder")
     kept = wait_until(one_per_host(lab), "an agent session per host in the holder")
     said = ok(tfctl(inv, "up", env=held))
@@ -159,7 +159,7 @@ def test_the_holder_ends_its_sessions_after_the_persist_time(  # type: ignore[no
     inv = light(lab, tmp_path)
     runtime = Path(held["XDG_RUNTIME_DIR"])
     ok(tfctl(inv, "runs", env=dict(held, TFCTL_PERSIST="2")))
-    ran_at = time.monotonic()  # the holder starts after this: its 2 s count from its start
+    ran_at = time.monotonic()  # its 2 s count from the end of the command that started it
     wait_until(lambda: holders(runtime), "holder")
     kept = wait_until(one_per_host(lab), "an agent session per host in the holder")
     wait_until(lambda: not holders(runtime), "holder exit", 15)

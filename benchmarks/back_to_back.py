@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""The command typed right after another: is it ever slower than the first?
+
+    python benchmarks/back_to_back.py                 # 16 hosts, 5 repetitions (root: netns lab)
+    python benchmarks/back_to_back.py --reps 3 --gap 0.2 --baseline /tmp/before
+
+Users type `tfctl up` and then `status` or `logs -f` at once. Each tfctl command is a fresh
+process with the default `--persist 60` (connections kept by a holder, remote/connect/hold),
+as a user runs it. Per repetition, in a rotating order of trees (this one, and `--baseline`'s):
+
+  cold up      `tfctl disconnect` (nothing kept), then the full `up` (no-change sync, cached
+               `job.setup`, every check, every task at once and verified): the first command;
+  status +gap  `status`, GAP seconds after `up` returned: the command typed right after;
+  status warm  `status` again, GAP seconds later;
+  cold status  `tfctl disconnect`, then `status` of the same run: a first command again;
+  status 2nd   `status`, GAP seconds after it;
+  then `down` (untimed);
+
+and pdsh once (`pdsh -f 32 -R ssh` launching the same processes, benchmarks/_pdsh.py): cold
+`up` ÷ pdsh is printed beside the back-to-back ratios, taken in the same repetitions. The
+holder's CPU during a command is counted as that command's, as lab_scale.py does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from _common import (
+    PYTHON,
+    Timed,
+    holder_cpu_s,
+    holder_pids,
+    light_job_dir,
+    machine_line,
+    median,
+    ratio,
+    stop_holders,
+    tfctl_argv,
+    timed,
+    wait_until,
+)
+from _pdsh import pdsh_envs, pdsh_once
+from lab_scale import PORTS, TASKS, down_watched, run_id_of
+
+from tests.lab import Lab
+
+
+def timed_held(argv: list[str], env: dict[str, str]) -> Timed:
+    """`timed`, plus the CPU the holders under the env's runtime folder spent meanwhile."""
+    runtime = env["XDG_RUNTIME_DIR"]
+    before = holder_cpu_s(runtime)
+    t = timed(argv, env=env)
+    return dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
+
+
+def disconnect(env: dict[str, str]) -> None:
+    """Nothing kept: the holder closed, its agent sessions ended (waited for)."""
+    timed([PYTHON, "-m", "tfctl.tui", "disconnect"], env=env).check("disconnect")
+    stop_holders(env["XDG_RUNTIME_DIR"])  # one still starting, were there any
+    wait_until(lambda: not holder_pids(env["XDG_RUNTIME_DIR"]), 10)
+
+
+def one_rep(inv: Path, full: Path, env: dict[str, str], gap_s: float, grace: float,
+            s: dict[str, list[float]], tag: str) -> None:
+    disconnect(env)
+    up = timed_held(tfctl_argv(full, "up"), env).check("cold up")
+    time.sleep(gap_s)
+    after_up = timed_held(tfctl_argv(inv, "status"), env).check("status after up")
+    time.sleep(gap_s)
+    warm = timed_held(tfctl_argv(inv, "status"), env).check("warm status")
+    disconnect(env)
+    cold = timed_held(tfctl_argv(inv, "status"), env).check("cold status")
+    time.sleep(gap_s)
+    second = timed_held(tfctl_argv(inv, "status"), env).check("second status")
+    down_watched(inv, grace, run_id_of(up.stdout), env)
+    for key, t in (("up", up), ("status after up", after_up), ("status warm", warm),
+                   ("status cold", cold), ("status 2nd", second)):
+        s[key + tag].append(t.wall_s)
+        s[key + tag + " cpu"].append(t.cpu_s)
+    s["2nd ÷ cold" + tag].append(second.wall_s / cold.wall_s)
+    s["after up ÷ cold" + tag].append(after_up.wall_s / cold.wall_s)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--gap", type=float, default=0.2,
+                        help="seconds between one command's end and the next one's start")
+    parser.add_argument("--grace", type=float, default=2.0, help="tfctl down --grace")
+    parser.add_argument("--baseline", metavar="DIR", help="a folder holding another version's "
+                        "tfctl/ tree (inventory, remote, tui, examples), run interleaved with "
+                        "this one as `before`")
+    args = parser.parse_args()
+    if shutil.which("pdsh") is None:
+        raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
+    print(machine_line())
+    with tempfile.TemporaryDirectory(prefix="tfctl-b2b-") as tmp, Lab(args.hosts) as lab, \
+            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
+        job = light_job_dir(Path(tmp))
+        fields = {h: {"cpu_workers": 2} for h in lab.names}
+        spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+        inv = lab.write_inventory(job / "cluster.yaml", spec, host_fields=fields)
+        full = lab.write_inventory(job / "full.yaml", dict(spec, setup=["true"],
+                                                           setup_inputs=["job.py"]),
+                                   host_fields=fields, name="full")
+        trees: dict[str, dict[str, str]] = {}
+        for tag, path in (("", None), (" (before)", args.baseline)):
+            if tag and not path:
+                continue
+            folder = Path(runtime) / (tag.strip(" ()") or "this")
+            folder.mkdir(mode=0o700)
+            env = dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=str(folder))
+            if path:
+                env["PYTHONPATH"] = str(Path(path).resolve())
+            trees[tag] = env
+        plain, _ = pdsh_envs(lab, runtime)
+        hosts = ",".join(h.address for h in lab.hosts)
+        print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
+              f"{len(TASKS)} processes per host; gap {args.gap:g} s; python {PYTHON}"
+              + (f"; before = {args.baseline}" if args.baseline else ""))
+        for env in trees.values():  # warm-up, not counted: the first sync and setup
+            run_id = run_id_of(timed(tfctl_argv(full, "up"), env=env).check("up").stdout)
+            down_watched(full, args.grace, run_id, env)
+        s: dict[str, list[float]] = defaultdict(list)
+        order = ["pdsh", *trees]
+        for rep in range(args.reps):
+            for name in order[rep % len(order):] + order[:rep % len(order)]:
+                if name == "pdsh":
+                    launched, listening, _ = pdsh_once(lab, plain, hosts, TASKS, PORTS)
+                    s["pdsh"].append(launched.wall_s)
+                    s["pdsh+listen"].append(listening)
+                    continue
+                if len(trees) > 1:  # untimed: that tree's agent installed on the hosts
+                    for env in trees.values():
+                        disconnect(env)
+                    timed(tfctl_argv(inv, "runs"), env=dict(trees[name], TFCTL_PERSIST="0"))
+                one_rep(inv, full, trees[name], args.gap, args.grace, s, name)
+            print(f"  rep {rep + 1}: " + ", ".join(
+                f"{k} {v[-1]:.2f}" for k, v in s.items() if not k.endswith(" cpu")), flush=True)
+        for env in trees.values():
+            disconnect(env)
+        report(s, trees, args)
+    return 0
+
+
+def report(s: dict[str, list[float]], trees: dict[str, dict[str, str]],
+           args: argparse.Namespace) -> None:
+    print(f"medians of {args.reps} interleaved repetitions, {args.hosts} hosts × {len(TASKS)} "
+          f"processes, each command {args.gap:g} s after the previous one's end:")
+    pdsh, listen = median(s["pdsh"]), median(s["pdsh+listen"])
+    print(f"  pdsh -f 32 launch only {pdsh:.2f} s; until every process listens {listen:.2f} s")
+    for tag in trees:
+        m = {k: median(s[k + tag]) for k in ("up", "status after up", "status warm",
+                                             "status cold", "status 2nd")}
+        cpu = {k: median(s[k + tag + " cpu"]) for k in ("up", "status cold", "status 2nd")}
+        each = ", ".join(f"{x:.2f}" for x in s["2nd ÷ cold" + tag])
+        after = ", ".join(f"{x:.2f}" for x in s["after up ÷ cold" + tag])
+        name = tag.strip(" ()") or "this tree"
+        print(f"{name}:")
+        print(f"  cold up {m['up']:.2f} s (CPU {cpu['up']:.2f} s); status {args.gap:g} s "
+              f"after it {m['status after up']:.2f} s; again {m['status warm']:.2f} s")
+        print(f"  cold status {m['status cold']:.2f} s (CPU {cpu['status cold']:.2f} s); "
+              f"status {args.gap:g} s after it {m['status 2nd']:.2f} s "
+              f"(CPU {cpu['status 2nd']:.2f} s)")
+        print(f"  GOAL second command ÷ first (≤ 1.0): status after status "
+              f"{ratio(m['status 2nd'], m['status cold'])} (each rep: {each}); status after "
+              f"up ÷ cold status {ratio(m['status after up'], m['status cold'])} (each rep: "
+              f"{after}); worst {max(s['2nd ÷ cold' + tag] + s['after up ÷ cold' + tag]):.2f}")
+        print(f"  cold full up ÷ pdsh until its processes listen "
+              f"{ratio(m['up'], listen)}; ÷ pdsh launch only {ratio(m['up'], pdsh)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
