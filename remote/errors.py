@@ -54,16 +54,18 @@ class CommandFailed(RemoteError):
 
 
 class GpusBusy(RemoteError):
-    """GPUs the plan assigns are held by processes that are not this run's: nothing was started.
+    """GPUs the plan assigns are held by processes that are not this run's, or claimed by another
+    user's run or reservation (remote/lab/claims.py): nothing was started.
 
-    `holders` are one line per busy GPU (host, GPU, pid, user, memory); `free` says which GPUs
+    `holders` are one line per busy GPU (host, GPU, pid, user, memory; or who reserved it until
+    when); `free` says which GPUs
     are free instead. `up(UpOptions(force=True))` launches anyway.
     """
 
     def __init__(self, holders: tuple[str, ...], free: str) -> None:
         self.holders = holders
         self.free = free
-        super().__init__("(fleet)", "GPUs the plan assigns are in use by other processes: "
+        super().__init__("(fleet)", "GPUs the plan assigns are in use or reserved by others: "
                          + "; ".join(holders), kind="gpus_busy")
 
 

@@ -313,6 +313,8 @@ class UpCheck:
     gpus_stdout: str | None
     """The busy-GPU program's output (None: no GPU task here)."""
     ports: tuple[PortState, ...]
+    claims: Raw | None = None
+    """The host's claims, as op `claims` answers (None: no GPU task here)."""
 
 
 def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | None,
@@ -329,7 +331,8 @@ def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | No
                                            None if differ is None else tuple(differ)),
         a.get("setup"), None if gpus is None else str(gpus.get("stdout") or ""),
         tuple(PortState(int(s["port"]), bool(s.get("free")), s.get("tfctl_run_id"),
-                        s.get("tfctl_task"), s) for s in a.get("ports", ())))
+                        s.get("tfctl_task"), s) for s in a.get("ports", ())),
+        a.get("claims"))
 
 
 @dataclass(frozen=True)
@@ -363,3 +366,41 @@ def post_mark_up(t: Transport, workdir: str, run_id: str) -> None:
     """Tell the host's watcher that `up` verified the whole run (op `up_mark`), without
     waiting for the answer: nothing in `up` depends on it."""
     agentclient.post(t, "up_mark", {"workdir": workdir, "run_id": run_id})
+
+
+# ---------------------------------------------------------------- the lab: claims, reservations
+
+def lab(t: Transport, workdir: str, sample_s: float | None = None,
+        linger_s: float | None = None) -> Raw:
+    """Everything `tfctl lab` shows of one host (op `lab`, remote/agent/lab.py): GPUs, compute
+    apps, their processes, the claims and the idle sampler's measure; read by
+    `remote.lab.view`. `sample_s`: how often the host's idle sampler samples."""
+    args: dict[str, Any] = {"workdir": workdir}
+    if sample_s is not None:
+        args["sample_s"] = sample_s
+    if linger_s is not None:
+        args["linger_s"] = linger_s
+    answer: Raw = agentclient.call(t, "lab", args, timeout_s=90)
+    return answer
+
+
+def claims(t: Transport) -> Raw:
+    """The host's claims with their state and the warnings of files skipped (op `claims`)."""
+    answer: Raw = agentclient.call(t, "claims", {})
+    return answer
+
+
+def reserve(t: Transport, gpus: Sequence[int], until_s: float, note: str | None,
+            force: bool = False) -> Raw:
+    """Reserve `gpus` of the host until `until_s` (op `reserve`); RemoteError of kind
+    `reserved` where another user's reservation stands (unless `force`)."""
+    answer: Raw = agentclient.call(t, "reserve", {"gpus": list(gpus), "until": until_s,
+                                                  "note": note, "force": force,
+                                                  "host": t.host.name})
+    return answer
+
+
+def release(t: Transport, gpus: Sequence[int]) -> Raw:
+    """Remove our reservations of `gpus` on the host (op `release`)."""
+    answer: Raw = agentclient.call(t, "release", {"gpus": list(gpus)})
+    return answer

@@ -33,6 +33,7 @@ from tfctl.remote.gpus.nvsmi import (
     query_compute_apps_argv,
     query_gpu_argv,
 )
+from tfctl.remote.lab.claims import Claim, HostClaims, blocking, host_claims
 
 _MARK = "@@tfctl-gpus:"
 GPU_FIELDS = ("index", "uuid")
@@ -79,6 +80,20 @@ class GpuUser:
 
 
 @dataclass(frozen=True)
+class ClaimedGpu:
+    """A GPU the plan assigns that another user's live claim holds: a reservation, or a run
+    (remote/lab/claims.py) whose process is not (yet) seen on it."""
+
+    host: str
+    gpu_index: int
+    claim: Claim
+
+    def describe(self) -> str:
+        """`GPU 1: reserved by bob until 2026-11-28 12:00 UTC (ICML runs)`."""
+        return f"GPU {self.gpu_index}: {self.claim.words()}"
+
+
+@dataclass(frozen=True)
 class HostGpus:
     """One host's GPUs as far as the busy check is concerned."""
 
@@ -93,6 +108,10 @@ class HostGpus:
     """Listed GPUs with no compute process at all."""
     error: str | None = None
     """Why the GPUs could not be read (no nvidia-smi, NVML failure), or None."""
+    claimed: tuple[ClaimedGpu, ...] = ()
+    """Assigned GPUs other users reserved, or their runs claim, beyond the processes seen."""
+    warnings: tuple[str, ...] = ()
+    """Claims skipped on the host (malformed, a link, named after another owner)."""
 
 
 @dataclass(frozen=True)
@@ -101,22 +120,29 @@ class BusyReport:
     unreachable: Mapping[str, RemoteError] = field(default_factory=dict)
 
     @property
-    def busy(self) -> tuple[GpuUser, ...]:
-        return tuple(u for h in self.hosts.values() for u in h.busy)
+    def busy(self) -> tuple[GpuUser | ClaimedGpu, ...]:
+        """Every reason to refuse: processes on assigned GPUs, and other users' claims."""
+        found: list[GpuUser | ClaimedGpu] = []
+        for h in self.hosts.values():
+            found += [*h.busy, *h.claimed]
+        return tuple(found)
 
     def busy_lines(self) -> list[str]:
-        """`h2: GPU 0: pid 4242 (user alice, 1500 MiB, sleep 300)`, one per process and GPU."""
+        """`h2: GPU 0: pid 4242 (user alice, 1500 MiB, sleep 300)`, one per process and GPU;
+        `h1: GPU 1: reserved by bob until …`, one per claim."""
         return [f"{u.host}: {u.describe()}" for u in self.busy]
 
     def free_text(self) -> str:
-        """`h1: 1, 3; h2: none`: the GPUs nobody computes on, per host with busy GPUs."""
-        hosts = [h for h in self.hosts.values() if h.busy]
+        """`h1: 1, 3; h2: none`: the GPUs nobody computes on or claims, per host with busy
+        GPUs."""
+        hosts = [h for h in self.hosts.values() if h.busy or h.claimed]
         return "; ".join(f"{h.host}: {', '.join(map(str, h.free)) or 'none'}" for h in hosts)
 
     def unknown_lines(self) -> list[str]:
-        """Hosts whose GPUs could not be checked, one line each."""
+        """Hosts whose GPUs could not be checked, one line each; claims skipped there."""
         lines = [f"{h.host}: cannot check its GPUs: {h.error}"
                  for h in self.hosts.values() if h.error]
+        lines += [w for h in self.hosts.values() for w in h.warnings]
         return lines + [f"{name}: cannot check its GPUs: {exc}"
                         for name, exc in self.unreachable.items()]
 
@@ -161,15 +187,23 @@ def assigned_indices(tokens: Iterable[str], gpus: Mapping[str, int | None]) -> t
 
 def judge_host(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
                apps: Sequence[GpuProcess], procs: Mapping[int, Mapping[str, Any] | None],
-               own_run_id: str | None = None) -> HostGpus:
-    """Which assigned GPUs hold someone else's compute process, and which GPUs are free.
+               own_run_id: str | None = None, claims: HostClaims | None = None) -> HostGpus:
+    """Which assigned GPUs hold someone else's compute process or claim, and which are free.
 
     `procs` is the agent's `procs` answer (pid → describe_process, None when gone). A process
-    gone since nvidia-smi listed it no longer counts; one of `own_run_id` never does.
+    gone since nvidia-smi listed it no longer counts; one of `own_run_id` never does. `claims`
+    (remote/lab/claims.py): another user's live reservation or run on an assigned GPU refuses
+    it too, and a process of another user's run is named as that run's; the user's own
+    reservations are theirs to use; a stale claim is never obeyed.
     """
+    claims = claims or HostClaims(host, None, None)
     assigned = assigned_indices(tokens, gpus)
+    listed = tuple(sorted(i for i in gpus.values() if i is not None))
+    runs = [c for c in claims.theirs() if c.kind == "run" and c.live]
     used = {a.gpu_uuid for a in apps}
-    free = tuple(sorted(i for u, i in gpus.items() if i is not None and u not in used))
+    held = {index for index, _ in blocking(claims, listed, gpus)}
+    free = tuple(sorted(i for u, i in gpus.items() if i is not None and u not in used
+                        and i not in held))
     busy: list[GpuUser] = []
     for app in apps:
         index = gpus.get(app.gpu_uuid)
@@ -178,38 +212,52 @@ def judge_host(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
         if app.pid in procs and procs[app.pid] is None:
             continue  # ended between nvidia-smi and /proc
         info = procs.get(app.pid) or {}
-        run = info.get("tfctl_run_id")
+        run, task = info.get("tfctl_run_id"), info.get("tfctl_task")
+        for claim in runs:
+            found = claim.task_of(app.pid, info.get("pgid"))
+            if found is not None:  # another user's run: its environment is not ours to read
+                run, task = claim.run_id, found.name
+                break
         if own_run_id is not None and run == own_run_id:
             continue
         busy.append(GpuUser(host, index, app.gpu_uuid, app.pid, info.get("user"),
                             app.used_memory_mib, info.get("cmdline") or app.process_name,
-                            run, info.get("tfctl_task")))
-    return HostGpus(host, assigned, tuple(sorted(i for i in gpus.values() if i is not None)),
-                    tuple(busy), free)
+                            run, task))
+    seen = {(u.gpu_index, u.tfctl_run_id) for u in busy}
+    claimed = tuple(ClaimedGpu(host, index, claim) for index, claim
+                    in blocking(claims, assigned, gpus, own_run_id)
+                    if claim.kind == "reservation" or (index, claim.run_id) not in seen)
+    return HostGpus(host, assigned, listed, tuple(busy), free, claimed=claimed,
+                    warnings=claims.warnings)
 
 
 # ---------------------------------------------------------------- I/O
 
 def read_host(t: Transport, tokens: Sequence[str], own_run_id: str | None = None) -> HostGpus:
-    """One host: nvidia-smi in one round trip, then /proc for the pids on assigned GPUs."""
+    """One host: nvidia-smi in one round trip, the claims, then /proc for the pids on
+    assigned GPUs."""
     res = t.run("sh -c " + shlex.quote(nvsmi_script()), timeout_s=30)
     return judge_listing(t, res.stdout, tokens, own_run_id)
 
 
 def judge_listing(t: Transport, stdout: str, tokens: Sequence[str],
-                  own_run_id: str | None = None) -> HostGpus:
+                  own_run_id: str | None = None,
+                  claims: Mapping[str, Any] | None = None) -> HostGpus:
     """One host's `nvsmi_script()` output judged (read by `read_host`, or by `up`'s one check
-    per host); the agent is asked about the pids only when some sit on assigned GPUs."""
+    per host, which brings the host's `claims` along; without them the agent is asked); the
+    agent is asked about the pids only when some sit on assigned GPUs."""
     host = t.host.name
     gpus, apps, error = parse_nvsmi_output(stdout)
     if error is not None:
         return HostGpus(host, error=error)
+    if claims is None:
+        claims = agentops.claims(t)
     assigned = assigned_indices(tokens, gpus)
     pids = sorted({a.pid for a in apps if gpus.get(a.gpu_uuid) in assigned})
     procs: dict[int, Mapping[str, Any] | None] = {}
     if pids:
         procs = agentops.procs(t, pids)
-    return judge_host(host, tokens, gpus, apps, procs, own_run_id)
+    return judge_host(host, tokens, gpus, apps, procs, own_run_id, host_claims(host, claims))
 
 
 def find_busy_gpus(fleet: Fleet, plan: Plan, hosts: Sequence[str] | None = None,

@@ -215,7 +215,9 @@ def _judge_gpus(fleet: Fleet, plan: Plan, checks: Mapping[str, UpCheck], force: 
     from tfctl.remote.gpus.busy import BusyReport, judge_listing
 
     judged = fleet.map(lambda t: judge_listing(t, checks[t.host.name].gpus_stdout or "",
-                                               tokens[t.host.name]), list(tokens))
+                                               tokens[t.host.name],
+                                               claims=checks[t.host.name].claims),
+                       list(tokens))
     report: BusyReport = BusyReport(dict(judged.succeeded), dict(judged.failed))
     judge_busy(report, force, say)
 

@@ -111,6 +111,9 @@ class Lab:
             for name, (addr, port), namespace in zip(names, addresses, namespaces, strict=True)
         )
         write_state(self.dir, isolated=self.isolated, k=self.k, hosts=self.hosts)
+        for host in self.hosts:  # each host's own /tmp, for its claims folder
+            self.claims_dir(host.name).parent.mkdir(exist_ok=True)
+            self.claims_dir(host.name).parent.chmod(0o1777)
         keygens = [start_keygen(self.key, f"tfctl-lab-user@{self.dir.name}")]
         keygens += [start_keygen(h.host_key, f"{h.name}@{self.dir.name}") for h in self.hosts]
         if self.isolated:
@@ -190,8 +193,9 @@ class Lab:
         raise KeyError(f"no lab host {name!r} (hosts: {self.names})")
 
     def claims_dir(self, name: str) -> Path:
-        """The host's claims folder (its sessions' TFCTL_CLAIMS_DIR), made by the first claim."""
-        return self.host(name).dir / "claims"
+        """The host's claims folder (its sessions' TFCTL_CLAIMS_DIR) in the host's own /tmp
+        (mode 1777), made by whoever claims first."""
+        return self.host(name).dir / "tmp" / "tfctl-claims"
 
     # ---------------------------------------------------------------- other users, GPUs
 

@@ -274,6 +274,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tfctl.tui.cli.demo", "demo"),
     "tensorboard": ("tfctl.tui.cli.tensorboard", "tensorboard"),
     "gpus": ("tfctl.tui.cli.gpus", "gpus"),
+    "lab": ("tfctl.tui.cli.lab", "lab"),
+    "reserve": ("tfctl.tui.cli.lab", "reserve"),
+    "release": ("tfctl.tui.cli.lab", "release"),
     "ui": ("tfctl.tui.cli.ui", "ui"),
 }
 

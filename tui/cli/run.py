@@ -119,7 +119,8 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
               help="Seconds a task may take to start listening on its port.")
 @click.option("--setup", "force_setup", is_flag=True, help="Run job.setup on every host even "
               "where its inputs are unchanged.")
-@click.option("--force", is_flag=True, help="Launch even onto GPUs other processes use.")
+@click.option("--force", is_flag=True, help="Launch even onto GPUs other processes use or "
+              "other users reserved.")
 @click.option("--ps-first", is_flag=True, help="Start the parameter servers first and the "
               "rest only once they listen (the order of the old tutorials); by default every "
               "task starts at once, since TensorFlow's workers and chief wait for their ps.")
@@ -139,9 +140,10 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
        exclude: tuple[str, ...], engine: str, as_json: bool) -> None:
     """Sync, run job.setup (cached), check the GPUs are free, start every task at once.
 
-    On any failure everything started is stopped again. GPUs in use by other processes are
-    refused unless --force. With --only/--exclude the run uses part of the lab; `status`,
-    `logs` and `down` then act on the hosts it used.
+    On any failure everything started is stopped again. GPUs in use by other processes, or
+    that another user reserved (`tfctl reserve`) or their run holds, are refused unless
+    --force. With --only/--exclude the run uses part of the lab; `status`, `logs` and `down`
+    then act on the hosts it used.
 
     \b
     Example:
@@ -224,7 +226,7 @@ def _refuse_busy(exc: GpusBusy, as_json: bool = False) -> None:
     if as_json:
         echo(error_line(exc), err=True)
         return
-    secho("error: GPUs the plan assigns are in use by other processes:", err=True, fg="red")
+    secho("error: GPUs the plan assigns are in use or reserved by others:", err=True, fg="red")
     for line in exc.holders:
         secho(f"  ✖ {line}", err=True, fg="red")
     echo(f"free GPUs instead: {exc.free}", err=True)

@@ -1,0 +1,46 @@
+"""The lab's I/O: one agent request per host for `tfctl lab`, the claims for `reserve --list`,
+and reservations made and released (remote/agent/lab.py on the hosts)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfctl.remote.connect import agentops
+from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.lab.claims import HostClaims, host_claims
+from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
+
+
+def read_lab(fleet: Fleet, idle_after_s: float = IDLE_AFTER_S,
+             sample_s: float | None = None) -> list[HostLab]:
+    """Every host of the inventory, in its order: one `lab` request each, in parallel. The idle
+    sampler samples at least four times within `idle_after_s`."""
+    every = sample_s if sample_s is not None else min(10.0, max(1.0, idle_after_s / 4))
+    found = fleet.map(lambda t: agentops.lab(t, t.host.workdir, sample_s=every))
+    out = []
+    for host in fleet.inventory.hosts:
+        if host.name in found.succeeded:
+            out.append(host_lab(host.name, found.succeeded[host.name], idle_after_s))
+        else:
+            out.append(unreachable(host.name, str(found.failed.get(host.name, "no answer"))))
+    return out
+
+
+def list_claims(fleet: Fleet, hosts: Sequence[str] | None = None
+                ) -> tuple[list[HostClaims], dict[str, str]]:
+    """The claims of every host (or `hosts`), and why a host could not say."""
+    found = fleet.map(lambda t: agentops.claims(t), hosts)
+    chosen = [h.name for h in fleet.inventory.hosts if hosts is None or h.name in hosts]
+    return ([host_claims(h, found.succeeded[h]) for h in chosen if h in found.succeeded],
+            {h: str(e) for h, e in found.failed.items()})
+
+
+def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,
+            note: str | None, force: bool = False) -> FleetResult[Any]:
+    return fleet.map(lambda t: agentops.reserve(t, targets[t.host.name], until_s, note, force),
+                     list(targets))
+
+
+def release(fleet: Fleet, targets: Mapping[str, Sequence[int]]) -> FleetResult[Any]:
+    return fleet.map(lambda t: agentops.release(t, targets[t.host.name]), list(targets))

@@ -1,0 +1,195 @@
+"""`tfctl lab` as data: one row per GPU of every host — free, reserved, or held — pure.
+
+From one host's `lab` answer (remote/agent/lab.py): nvidia-smi's GPUs and compute apps, who each
+process is (/proc), the claims (remote/lab/claims.py) and the idle sampler's measure. A process
+on a GPU is a tfctl run's when a live run claim records its pid or process group (any user's
+run), or when its own environment says so (ours, which we may read); anyone else's process is
+shown with its user, pid, command, memory and since when. A holder is `idle` when the sampler
+has seen its GPU under 5 % utilization, with that process on it, in every sample for at least
+`idle_after_s` (measured on the host, never guessed from one look).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tfctl.remote.lab.claims import Claim, HostClaims, clock, gpu_indices, host_claims
+
+State = Literal["free", "reserved", "held", "error"]
+IDLE_AFTER_S = 600.0
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a GPU: a tfctl run's task, or any other process."""
+
+    kind: Literal["run", "process"]
+    user: str | None
+    pid: int | None
+    command: str | None = None
+    memory_mib: float | None = None
+    since_s: float | None = None
+    run_id: str | None = None
+    job: str | None = None
+    task: str | None = None
+    low_util_s: float | None = None
+    """How long the host's sampler has seen this holder's GPU under 5 % with it on it (None:
+    not measured: utilization above, or the sampler has no recent sample)."""
+    idle: bool = False
+    """`low_util_s` is at least the threshold asked for."""
+
+    def who_what(self) -> tuple[str, str]:
+        if self.kind == "run":
+            job = f" (job {self.job})" if self.job else ""
+            return self.user or "?", f"run {self.run_id}{job} {self.task or ''}".rstrip()
+        return self.user or "?", f"pid {self.pid} {self.command or ''}".rstrip()
+
+
+@dataclass(frozen=True)
+class LabRow:
+    host: str
+    index: int | None
+    state: State
+    name: str | None = None
+    uuid: str | None = None
+    utilization_pct: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    holders: tuple[Holder, ...] = ()
+    reservation: Claim | None = None
+    stale: tuple[Claim, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class HostLab:
+    host: str
+    rows: tuple[LabRow, ...]
+    claims: HostClaims
+    warnings: tuple[str, ...] = ()
+    watching_since_s: float | None = None
+    """Since when the host's idle sampler has sampled without a gap (None: no recent sample)."""
+    reachable: bool = True
+
+
+def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
+            runs: Sequence[Claim], index: int, low: Mapping[str, Any], sampled_at: float | None,
+            idle_after_s: float) -> Holder:
+    info = info or {}
+    since_low = low.get(str(pid))
+    low_s = None if since_low is None or sampled_at is None else max(0.0,
+                                                                     sampled_at - since_low)
+    idle = low_s is not None and low_s >= idle_after_s
+    for claim in runs:
+        task = claim.task_of(pid, info.get("pgid"))
+        if task is not None:
+            return Holder("run", claim.user, pid, info.get("cmdline"), memory, claim.since_s,
+                          claim.run_id, claim.job, task.name, low_s, idle)
+    if info.get("tfctl_run_id"):  # our own run (we may read our processes' environment)
+        return Holder("run", info.get("user"), pid, info.get("cmdline"), memory,
+                      info.get("since"), info["tfctl_run_id"], None, info.get("tfctl_task"),
+                      low_s, idle)
+    return Holder("process", info.get("user"), pid, info.get("cmdline"), memory,
+                  info.get("since"), low_util_s=low_s, idle=idle)
+
+
+def host_lab(host: str, raw: Mapping[str, Any], idle_after_s: float = IDLE_AFTER_S) -> HostLab:
+    """One host's `lab` answer as rows, one per GPU."""
+    found = host_claims(host, raw)
+    gpus = list(raw.get("gpus") or ())
+    if raw.get("error") or not gpus:
+        row = LabRow(host, None, "error", error=str(raw.get("error") or "nvidia-smi lists no "
+                                                                         "GPUs"))
+        return HostLab(host, (row,), found, found.warnings)
+    uuids = {str(g["uuid"]): int(g["index"]) for g in gpus}
+    idle = raw.get("idle") or {}
+    sampled_at = idle.get("sampled_at")
+    runs = [c for c in found.claims if c.kind == "run" and c.live]
+    rows = []
+    for gpu in gpus:
+        index = int(gpu["index"])
+        low = (idle.get("low_since") or {}).get(str(index)) or {}
+        holders = [_holder(int(a["pid"]), (raw.get("procs") or {}).get(str(a["pid"])),
+                           a.get("used_memory_mib"), runs, index, low, sampled_at, idle_after_s)
+                   for a in raw.get("apps") or () if a.get("gpu_uuid") == gpu["uuid"]
+                   and (raw.get("procs") or {}).get(str(a["pid"])) is not None]
+        seen_runs = {h.run_id for h in holders if h.kind == "run"}
+        for claim in runs:  # a run that claims the GPU holds it, on it yet or not
+            task = claim.task_on(index, uuids)
+            if task is not None and claim.run_id not in seen_runs:
+                holders.append(Holder("run", claim.user, task.pid, None, None, claim.since_s,
+                                      claim.run_id, claim.job, task.name))
+                seen_runs.add(claim.run_id)
+        named = [c for c in found.claims if index in gpu_indices(c.gpus, uuids)]
+        reservation = next((c for c in named if c.kind == "reservation" and c.live), None)
+        stale = tuple(c for c in named if not c.live)
+        state: State = "held" if holders else "reserved" if reservation else "free"
+        rows.append(LabRow(host, index, state, gpu.get("name"), gpu.get("uuid"),
+                           gpu.get("utilization_pct"), gpu.get("memory_used_mib"),
+                           gpu.get("memory_total_mib"), tuple(holders), reservation, stale))
+    watching = idle.get("watching_since") if sampled_at is not None else None
+    return HostLab(host, tuple(rows), found, found.warnings, watching)
+
+
+def unreachable(host: str, error: str) -> HostLab:
+    return HostLab(host, (LabRow(host, None, "error", error=error),), HostClaims(host, None, None),
+                   reachable=False)
+
+
+# ---------------------------------------------------------------- words and JSON
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min" if seconds >= 60 else f"{int(seconds)} s"
+
+
+def row_cells(row: LabRow) -> dict[str, str]:
+    """The table's cells of a row: state, who, what, since, util, memory, note."""
+    cells = {"state": row.state, "who": "", "what": "", "since": "", "util": "", "mem": "",
+             "note": ""}
+    if row.error:
+        cells["what"] = row.error
+        return cells
+    if row.utilization_pct is not None:
+        cells["util"] = f"{row.utilization_pct:.0f} %"
+    if row.memory_used_mib is not None and row.memory_total_mib is not None:
+        cells["mem"] = f"{row.memory_used_mib:.0f}/{row.memory_total_mib:.0f} MiB"
+    notes = []
+    if row.holders:
+        pairs = [h.who_what() for h in row.holders]
+        cells["who"] = ", ".join(dict.fromkeys(p[0] for p in pairs))
+        cells["what"] = "; ".join(p[1] for p in pairs)
+        since = [h.since_s for h in row.holders if h.since_s is not None]
+        cells["since"] = clock(min(since)) if since else ""
+        notes += [f"idle {minutes(h.low_util_s or 0)} (pid {h.pid})" if len(row.holders) > 1
+                  else f"idle {minutes(h.low_util_s or 0)}" for h in row.holders if h.idle]
+        if row.reservation is not None:
+            notes.append(row.reservation.words())
+    elif row.reservation is not None:
+        r = row.reservation
+        cells["who"], cells["since"] = r.user, clock(r.since_s)
+        cells["what"] = f"until {clock(r.until_s)}" + (f" ({r.note})" if r.note else "")
+    notes += [f"stale claim: {c.user}'s run {c.run_id} (its processes are gone)"
+              if c.kind == "run" else f"expired: {c.user}'s reservation" for c in row.stale]
+    cells["note"] = "; ".join(notes)
+    return cells
+
+
+def _claim_json(claim: Claim) -> dict[str, Any]:
+    return {"user": claim.user, "uid": claim.uid, "kind": claim.kind, "state": claim.state,
+            "run_id": claim.run_id, "job": claim.job, "since": claim.since_s,
+            "until": claim.until_s, "note": claim.note, "gpus": list(claim.gpus),
+            "file": claim.file}
+
+
+def row_json(row: LabRow) -> dict[str, Any]:
+    return {"host": row.host, "gpu": row.index, "state": row.state, "name": row.name,
+            "uuid": row.uuid, "utilization_pct": row.utilization_pct,
+            "memory_used_mib": row.memory_used_mib, "memory_total_mib": row.memory_total_mib,
+            "holders": [{"kind": h.kind, "user": h.user, "pid": h.pid, "command": h.command,
+                         "memory_mib": h.memory_mib, "since": h.since_s, "run_id": h.run_id,
+                         "job": h.job, "task": h.task, "low_util_s": h.low_util_s,
+                         "idle": h.idle} for h in row.holders],
+            "reservation": None if row.reservation is None else _claim_json(row.reservation),
+            "stale_claims": [_claim_json(c) for c in row.stale], "error": row.error}

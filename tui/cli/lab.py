@@ -1,0 +1,278 @@
+"""`tfctl lab`, `tfctl reserve`, `tfctl release`: who holds or reserves which GPU of the lab.
+
+The rows come from `tfctl.remote.lab.view` (one agent request per host, `remote.lab.ops`), the
+claims from every user's runs and reservations (docs/claims.md); this module chooses columns,
+words and exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tfctl.tui.cli.context import EXIT_FAILED, EXIT_USAGE, obj
+from tfctl.tui.cli.output import console, print_renderable, warn
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from tfctl.remote.lab.view import HostLab
+
+COLUMNS = ("host", "gpu", "state", "who", "what", "since", "util", "mem", "note")
+STATE_STYLE = {"free": "green", "reserved": "yellow", "held": "red", "error": "red"}
+
+
+def _usage(text: str) -> None:
+    click.secho(f"error: {text}", fg="red", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def _duration(text: str, what: str) -> float:
+    from tfctl.remote.lab.targets import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        _usage(f"{what}: {exc}")
+        raise AssertionError from exc  # not reached
+
+
+def lab_table(hosts: Sequence[HostLab]) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from tfctl.remote.lab.view import row_cells
+
+    table = Table(show_edge=False, pad_edge=False)
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in ("gpu", "util") else "left",
+                         no_wrap=col in ("host", "gpu", "state", "util", "mem"))
+    for found in hosts:
+        for row in found.rows:
+            cells = row_cells(row)
+            table.add_row(row.host, "–" if row.index is None else str(row.index),
+                          Text(cells["state"], style=STATE_STYLE[row.state]), cells["who"],
+                          cells["what"], cells["since"], cells["util"], cells["mem"],
+                          Text(cells["note"], style="yellow" if "idle" in cells["note"]
+                               else "dim"))
+    notes = [Text(f"⚠ {w}", style="yellow") for found in hosts for w in found.warnings]
+    return Group(table, *notes)
+
+
+def lab_json(hosts: Sequence[HostLab]) -> list[dict[str, Any]]:
+    from tfctl.remote.lab.view import row_json
+
+    return [row_json(row) for found in hosts for row in found.rows]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per GPU.")
+@click.option("--watch", "watch_", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option("--interval", type=float, default=5.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--idle-after", "idle_after", default="10m", show_default=True, metavar="DURATION",
+              help="Call a holder idle once its GPU has stayed under 5 % utilization this long "
+                   "(measured on the host by a sampler the first `tfctl lab` starts).")
+@click.pass_context
+def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
+        idle_after: str) -> None:
+    """Every GPU of every host, one row each: free, reserved, or held — and by whom.
+
+    A GPU is held by a tfctl run (any user's: user, run, job, since, task) or by any other
+    process (user, pid, command, memory, since); reserved by `tfctl reserve` (who, until when,
+    note); "idle N min" marks a holder that has kept its GPU under 5 % for --idle-after. A claim
+    whose run's processes are gone is shown as stale, and never obeyed. One agent request per
+    host.
+
+    \b
+    Example:
+      tfctl lab
+      tfctl lab --watch --idle-after 30m
+      tfctl lab --json | jq '.[] | select(.state == "free") | "\\(.host):\\(.gpu)"'
+    """
+    from tfctl.remote.lab.ops import read_lab
+    from tfctl.remote.runs.controller import RunController
+
+    threshold = _duration(idle_after, "--idle-after")
+    c = obj(ctx)
+    with RunController(c.load(), c.ssh_options()) as controller:
+        if not watch_:
+            hosts = read_lab(controller.fleet, threshold)
+            if as_json:
+                click.echo(json.dumps(lab_json(hosts), indent=2))
+                for found in hosts:
+                    for w in found.warnings:
+                        warn(w)
+            else:
+                print_renderable(lab_table(hosts))
+            if any(not found.reachable for found in hosts):
+                sys.exit(EXIT_FAILED)
+            return
+        try:
+            from rich.live import Live
+
+            with Live(auto_refresh=False, screen=False, transient=as_json,
+                      console=console()) as live:
+                while True:
+                    hosts = read_lab(controller.fleet, threshold)
+                    if as_json:  # one JSON list per line
+                        click.echo(json.dumps(lab_json(hosts)))
+                    else:
+                        live.update(lab_table(hosts), refresh=True)
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+def _targets(ctx: click.Context, targets: Sequence[str]) -> tuple[Any, dict[str, list[int]]]:
+    from tfctl.remote.lab.targets import parse_targets
+
+    inv = obj(ctx).load()
+    try:
+        return inv, parse_targets(targets, [h.name for h in inv.hosts])
+    except ValueError as exc:
+        _usage(str(exc))
+        raise AssertionError from exc  # not reached
+
+
+@click.command()
+@click.argument("targets", nargs=-1, metavar="HOST:GPUS...")
+@click.option("--for", "for_", metavar="DURATION", help="How long: 3d, 12h, 90m, 1d12h.")
+@click.option("--note", help="Why, for the others (shown in `tfctl lab`).")
+@click.option("--list", "list_", is_flag=True, help="List the reservations of every user.")
+@click.option("--force", is_flag=True, help="Reserve even a GPU another user has reserved.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def reserve(ctx: click.Context, targets: tuple[str, ...], for_: str | None, note: str | None,
+            list_: bool, force: bool, as_json: bool) -> None:
+    """Reserve GPUs for a while: other users' `up` refuses them, `tfctl lab` shows them.
+
+    A reservation is a claim on the host with an end time and no process: it ends by itself
+    when the time is up, or with `tfctl release`. Your own reservation is yours to use: your
+    `up` takes those GPUs. GPUs are nvidia-smi indices, as in the inventory's `gpus:`.
+
+    \b
+    Example:
+      tfctl reserve titan:2,3 gtx970:0 --for 3d --note "ICML runs"
+      tfctl reserve --list
+      tfctl reserve --list --json | jq '.[] | select(.user == "alice")'
+    """
+    from tfctl.remote.lab.claims import clock
+    from tfctl.remote.lab.ops import list_claims
+    from tfctl.remote.lab.ops import reserve as reserve_on
+    from tfctl.remote.runs.controller import RunController
+
+    c = obj(ctx)
+    if list_:
+        if targets or for_:
+            _usage("--list takes no HOST:GPUS and no --for")
+        with RunController(c.load(), c.ssh_options()) as controller:
+            found, failed = list_claims(controller.fleet)
+        rows = [(hc.host, claim) for hc in found for claim in hc.claims
+                if claim.kind == "reservation" and claim.live]
+        if as_json:
+            click.echo(json.dumps([{"host": h, "gpus": list(r.gpus), "user": r.user,
+                                    "since": r.since_s, "until": r.until_s, "note": r.note}
+                                   for h, r in rows], indent=2))
+        elif not rows:
+            click.echo("no reservations")
+        for h, r in rows if not as_json else ():
+            gpus = ",".join(map(str, r.gpus))
+            click.echo(f"{h}:{gpus}  {r.user}  until {clock(r.until_s)}"
+                       + (f"  {r.note}" if r.note else ""))
+        for hc in found:
+            for w in hc.warnings:
+                warn(w)
+        for host, error in failed.items():
+            click.secho(f"error: {error}" if error.startswith(host) else f"error: {host}: "
+                        f"{error}", fg="red", err=True)
+        if failed:
+            sys.exit(EXIT_FAILED)
+        return
+    if not targets:
+        _usage("name the GPUs to reserve as HOST:GPUS (e.g. titan:2,3), or give --list")
+    if not for_:
+        _usage("say for how long with --for (e.g. --for 3d)")
+    seconds = _duration(str(for_), "--for")
+    inv, wanted = _targets(ctx, targets)
+    until = time.time() + seconds
+    with RunController(inv, c.ssh_options()) as controller:
+        if not force:  # every host checked before any reserves: all or nothing
+            found, failed = list_claims(controller.fleet, list(wanted))
+            if failed:
+                error = next(iter(failed.values()))
+                click.secho(f"error: {error}: nothing was reserved", fg="red", err=True)
+                sys.exit(EXIT_FAILED)
+            for hc in found:
+                for claim in hc.theirs():
+                    hit = [g for g in wanted[hc.host] if g in claim.gpus]
+                    if hit and claim.kind == "reservation" and claim.live:
+                        click.secho(f"error: {hc.host}: GPU {hit[0]} is {claim.words()}: nothing"
+                                    " was reserved (`--force` reserves it anyway)", fg="red",
+                                    err=True)
+                        sys.exit(EXIT_FAILED)
+        done = reserve_on(controller.fleet, wanted, until, note, force)
+    out = []
+    for host, answer in done.succeeded.items():
+        out.append({"host": host, "gpus": answer["reserved"], "until": answer["until"],
+                    "note": answer.get("note"), "user": answer["me"]["user"],
+                    "others": answer.get("others") or []})
+        if not as_json:
+            click.echo(f"reserved {host}:{','.join(map(str, answer['reserved']))} until "
+                       f"{clock(answer['until'])}" + (f" ({note})" if note else ""))
+        for other in answer.get("others") or ():
+            what = (f"{other['user']}'s run {other['run_id']}" if other["kind"] == "run"
+                    else f"{other['user']}'s reservation")
+            warn(f"{host}: GPU {other['gpu']} is also claimed by {what}")
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    for exc in done.failed.values():
+        click.secho(f"error: {exc}", fg="red", err=True)
+    if done.failed:
+        sys.exit(EXIT_FAILED)
+
+
+@click.command()
+@click.argument("targets", nargs=-1, required=True, metavar="HOST:GPUS...")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def release(ctx: click.Context, targets: tuple[str, ...], as_json: bool) -> None:
+    """End your reservations of these GPUs now (another user's are not yours to end).
+
+    \b
+    Example:
+      tfctl release titan:2,3
+      tfctl release titan:2 --json
+    """
+    from tfctl.remote.lab.ops import release as release_on
+    from tfctl.remote.runs.controller import RunController
+
+    inv, wanted = _targets(ctx, targets)
+    with RunController(inv, obj(ctx).ssh_options()) as controller:
+        done = release_on(controller.fleet, wanted)
+    out, code = [], 0
+    for host, answer in done.succeeded.items():
+        out.append({"host": host, "released": answer["released"],
+                    "not_reserved": answer["not_reserved"], "others": answer["others"]})
+        if answer["released"] and not as_json:
+            click.echo(f"released {host}:{','.join(map(str, answer['released']))}")
+        for other in answer["others"]:
+            click.secho(f"error: {host}: GPU {other['gpu']} is reserved by {other['user']}, "
+                        "not you: only its owner can release it", fg="red", err=True)
+            code = EXIT_FAILED
+        mine = [g for g in answer["not_reserved"]
+                if g not in {o["gpu"] for o in answer["others"]}]
+        if mine:
+            warn(f"{host}: you had no reservation of GPU {','.join(map(str, mine))}")
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    for exc in done.failed.values():
+        click.secho(f"error: {exc}", fg="red", err=True)
+        code = EXIT_FAILED
+    sys.exit(code)
