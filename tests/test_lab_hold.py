@@ -154,6 +154,21 @@ def test_the_command_typed_right_after_the_first_borrows_its_open_sessions(  # t
     assert holders(runtime) == [holder]
 
 
+def test_two_commands_started_at_once_start_one_holder(  # type: ignore[no-untyped-def]
+        lab, tmp_path: Path, held: dict[str, str]) -> None:
+    """The lock is taken before the socket is bound, by the command that starts the holder:
+    of two commands finding none at the same moment, one starts it and both borrow from it."""
+    inv = light(lab, tmp_path)
+    runtime = Path(held["XDG_RUNTIME_DIR"])
+    argv = [sys.executable, "-m", "tfctl.tui", "-i", str(inv), "runs"]
+    both = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, **held}, cwd=inv.parent) for _ in range(2)]
+    for proc in both:
+        said, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "Traceback" not in said, said
+    assert len(holders(runtime)) == 1
+
+
 def test_the_holder_ends_its_sessions_after_the_persist_time(  # type: ignore[no-untyped-def]
         lab, tmp_path: Path, held: dict[str, str]) -> None:
     inv = light(lab, tmp_path)
