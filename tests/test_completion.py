@@ -20,7 +20,7 @@ from tfctl.tui.cli.context import complete_hosts, complete_hosts_or_tasks, compl
 from tfctl.tui.cli.main import COMMANDS, main
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "two-hosts.yaml"
-TASKS = ["ps:0", "ps:1", "worker:0", "worker:1", "worker:2", "worker:3", "worker:4", "chief:0",
+TASKS = ["ps:0", "worker:0", "worker:1", "worker:2", "worker:3", "worker:4", "chief:0",
          "evaluator:0", "tensorboard:0"]
 WORKERS = [t for t in TASKS if t.startswith("worker:")]
 
@@ -137,7 +137,7 @@ def test_the_completion_functions_for_new_arguments(project: Path,
     assert values(["probe"], "") == ["titan", "gtx970", *TASKS]
     assert values(["probe"], "t") == ["titan", "tensorboard:0"]
     assert values(["probe", "x", "--host"], "") == ["titan", "gtx970"]
-    assert values(["probe", "x", "--task"], "p") == ["ps:0", "ps:1"]
+    assert values(["probe", "x", "--task"], "p") == ["ps:0"]
     monkeypatch.chdir(project.parent.parent)  # above the project: no inventory, no names
     assert values(["probe"], "") == []
 
