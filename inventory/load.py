@@ -171,6 +171,8 @@ _EXAMPLES = {
     "hosts": "write a list of host mappings, e.g. `hosts: [{name: titan, gpus: 4}]`",
     "address": "write an IP, a DNS name or an ~/.ssh/config alias (no spaces, not starting "
                "with `-`)",
+    "cluster_address": "write the name or IP the other hosts reach this one by, without a "
+                       "port, e.g. `cluster_address: 10.0.0.12`",
 }
 
 
@@ -278,7 +280,7 @@ class _Resolver:
             jump=pick("jump"), workdir=workdir, python=pick("python") or "python3", env=env,
             gpus=gpus, ps=strategy.host_ps(i, h, self.spec.job.strategy, self.error),
             args=tuple(h.args), cpu_workers=h.cpu_workers, transport=transport,
-            shared_fs=h.shared_fs,
+            shared_fs=h.shared_fs, cluster_address=h.cluster_address,
             line=self.lines.get(("hosts", i), 0),
         )
 

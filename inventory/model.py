@@ -36,7 +36,8 @@ class Host:
     name: str
     """Unique; used in task names, logs and the UI."""
     address: str
-    """IP, DNS name or ~/.ssh/config alias used to reach it (default: the name)."""
+    """IP, DNS name or ~/.ssh/config alias this client reaches it by over ssh (default: the
+    name); the cluster spec names it by `cluster_address` or the alias's HostName instead."""
     user: str | None
     """SSH login; None means the current user or what ~/.ssh/config says."""
     port: int | None
@@ -62,6 +63,10 @@ class Host:
     transport: Transport = "ssh"
     shared_fs: bool = False
     """True when this host sees the same filesystem as the first synced host (sync skips it)."""
+    cluster_address: str | None = None
+    """The name or IP the other hosts reach it by, written where that is not what this client's
+    ssh reaches (a second NIC, a host behind a jump host); None: `address` as the ssh config
+    resolves it (its HostName), which is what the plan's cluster spec names."""
     line: int = 0
     """Line of this host's entry in the inventory file, for messages."""
 

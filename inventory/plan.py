@@ -14,13 +14,19 @@ mirrored each host runs one worker on all its GPUs with no port and no cluster; 
 port is None (`custom` with `ports.<type>: none`) opens no port and is left out of the cluster
 spec, as the evaluator always is. TensorFlow's rules are checked on the finished plan
 (`rules.py`): the loader refuses what they forbid, and their warnings ride on `Plan.warnings`.
+
+The cluster spec names each host as the other hosts reach it, which is not always how this
+client's ssh does: an `address` that is an ~/.ssh/config alias means nothing on the hosts. So a
+host's `cluster_address` wins; else `reach`, when the caller gives one, turns the host into the
+name its ssh config resolves (the CLI and RunController pass `remote/connect/clusteraddr.py`,
+OpenSSH's HostName; this module reads no ssh config itself); else the address as written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tfctl.inventory import rules
@@ -34,7 +40,11 @@ from tfctl.inventory.tasks import (  # re-exported: callers import them from her
     TaskType,
 )
 
-__all__ = ["BASE_ENV", "CLUSTER_TYPES", "LAUNCH_ORDER", "Plan", "Task", "TaskType", "make_plan"]
+__all__ = ["BASE_ENV", "CLUSTER_TYPES", "LAUNCH_ORDER", "Plan", "Reach", "Task", "TaskType",
+           "make_plan"]
+
+Reach = Callable[[Host], str]
+"""A host → the name the other hosts reach it by (its ssh config's HostName, say)."""
 
 @dataclass(frozen=True)
 class _Slot:
@@ -47,18 +57,33 @@ class _Slot:
     mask: str
 
 
-def make_plan(inv: Inventory) -> Plan:
+def make_plan(inv: Inventory, reach: Reach | None = None) -> Plan:
+    """The plan of `inv`; `reach` names the hosts in the cluster spec (module docstring)."""
+    addresses = cluster_addresses(inv, reach)
     slots = _cluster_slots(inv)
     cluster = {
-        t: [f"{s.host.address}:{s.port}" for s in slots if s.type == t and s.port is not None]
+        t: [host_port(addresses[s.host.name], s.port)
+            for s in slots if s.type == t and s.port is not None]
         for t in CLUSTER_TYPES
         if any(s.type == t and s.port is not None for s in slots)
     }
-    tasks = [_cluster_task(inv, s, cluster) for s in slots]
-    tasks += _side_tasks(inv, cluster)
+    tasks = [_cluster_task(inv, s, cluster, addresses) for s in slots]
+    tasks += _side_tasks(inv, cluster, addresses)
     tasks.sort(key=lambda t: LAUNCH_ORDER.index(t.type))
-    plan = Plan(inventory=inv, tasks=tuple(tasks), cluster=cluster)
+    plan = Plan(inventory=inv, tasks=tuple(tasks), cluster=cluster, addresses=addresses)
     return dataclasses.replace(plan, warnings=rules.warnings(plan))
+
+
+def cluster_addresses(inv: Inventory, reach: Reach | None = None) -> dict[str, str]:
+    """Host name → the name the cluster spec gives it: `cluster_address`, else `reach`'s
+    answer, else `address`."""
+    return {h.name: h.cluster_address or (reach(h) if reach is not None else h.address)
+            for h in inv.hosts}
+
+
+def host_port(address: str, port: int) -> str:
+    """`address:port`, an IPv6 address in brackets (`[fd00::2]:2222`), as gRPC reads it."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _cluster_slots(inv: Inventory) -> list[_Slot]:
@@ -126,7 +151,8 @@ def _chief_mask(host: Host) -> str:
     return ""
 
 
-def _cluster_task(inv: Inventory, s: _Slot, cluster: Mapping[str, list[str]]) -> Task:
+def _cluster_task(inv: Inventory, s: _Slot, cluster: Mapping[str, list[str]],
+                  addresses: Mapping[str, str]) -> Task:
     job = inv.job
     env = _task_env(inv, s.host, s.type, s.mask)
     argv = [s.host.python, job.script, *script_args(inv, s.host, s.type)]
@@ -136,11 +162,12 @@ def _cluster_task(inv: Inventory, s: _Slot, cluster: Mapping[str, list[str]]) ->
             env.setdefault("GRPC_FAIL_FAST", "use_caller")
     elif job.style == "flags":
         argv += classic_flags(cluster, s.type, s.index)
-    return Task(s.type, s.index, s.host.name, s.host.address, s.port, s.mask, env,
+    return Task(s.type, s.index, s.host.name, addresses[s.host.name], s.port, s.mask, env,
                 s.host.workdir, tuple(argv))
 
 
-def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]]) -> list[Task]:
+def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]],
+                addresses: Mapping[str, str]) -> list[Task]:
     job = inv.job
     tasks: list[Task] = []
     if job.evaluator is not None:
@@ -150,15 +177,15 @@ def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]]) -> list[Task]:
         argv = [host.python, ev.script, *ev.args]
         if job.style == "tf_config":
             env["TF_CONFIG"] = tf_config(cluster, "evaluator", 0)
-        tasks.append(Task("evaluator", 0, host.name, host.address, None, "", env, host.workdir,
-                          tuple(argv)))
+        tasks.append(Task("evaluator", 0, host.name, addresses[host.name], None, "", env,
+                          host.workdir, tuple(argv)))
     if job.tensorboard is not None:
         tb = job.tensorboard
         host = inv.host(tb.host)
         env = _task_env(inv, host, "tensorboard", "")
         argv = [host.python, "-m", "tensorboard.main", f"--logdir={tb.logdir}",
                 "--host=127.0.0.1", f"--port={tb.port}"]
-        tasks.append(Task("tensorboard", 0, host.name, host.address, tb.port, "", env,
+        tasks.append(Task("tensorboard", 0, host.name, addresses[host.name], tb.port, "", env,
                           host.workdir, tuple(argv)))
     return tasks
 

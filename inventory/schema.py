@@ -61,6 +61,20 @@ class DefaultsSpec(SshSpec):
     pass
 
 
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_.])?$")
+"""A DNS name, a name of /etc/hosts, or an IPv4 address (never starting with `-`)."""
+
+
+def _is_ipv6(value: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        return False
+    return True
+
+
 class HostSpec(SshSpec):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     # Never starting with `-`: an address must not be readable as an ssh/rsync option.
@@ -72,6 +86,16 @@ class HostSpec(SshSpec):
     args: list[Arg] = []
     cpu_workers: int = Field(default=1, ge=1, le=64)
     shared_fs: bool = False
+    # The name or IP the other hosts reach this one by, for the cluster spec, where it is not
+    # what this client's ssh reaches (a second NIC, a host behind a jump host).
+    cluster_address: str | None = None
+
+    @field_validator("cluster_address")
+    @classmethod
+    def _cluster_address(cls, value: str | None) -> str | None:
+        if value is None or _HOST_NAME.match(value) or _is_ipv6(value):
+            return value
+        raise ValueError("not a host name or an IP address (no port, no spaces)")
 
     @field_validator("gpus")
     @classmethod

@@ -34,6 +34,7 @@ class Task:
     index: int
     host: str
     address: str
+    """Its host as the cluster spec names it (`Plan.addresses`), what the other hosts reach."""
     port: int | None
     """The port it serves on (TF gRPC or TensorBoard HTTP); None when it opens none: the
     evaluator, mirrored workers, and types given `ports.<type>: none` (strategy custom)."""
@@ -75,6 +76,13 @@ class Plan:
     tasks: tuple[Task, ...]
     cluster: Mapping[str, list[str]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    addresses: Mapping[str, str] = field(default_factory=dict)
+    """Host name → the name the cluster spec gives it (its `cluster_address`, else its ssh
+    HostName where the caller resolved it, else its `address`)."""
+
+    def address_of(self, host: str) -> str:
+        """The name the other hosts reach `host` by."""
+        return self.addresses.get(host) or self.inventory.host(host).address
 
     def task(self, name: str) -> Task:
         for task in self.tasks:
@@ -96,6 +104,7 @@ class Plan:
             "strategy": self.inventory.job.strategy,
             "style": self.inventory.job.style,
             "cluster": {k: list(v) for k, v in self.cluster.items()},
+            "addresses": dict(self.addresses),
             "tasks": [t.to_json() for t in self.tasks],
             "warnings": list(self.warnings),
         }

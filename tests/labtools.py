@@ -105,26 +105,34 @@ def task_pid(run_id: str, task: str) -> int | None:
     return None
 
 
-def aliased_jump_inventory(lab: Any, tmp: Path, job: dict[str, Any]) -> tuple[Path, Path]:
+def aliased_jump_inventory(lab: Any, tmp: Path, job: dict[str, Any], *, include: bool = False,
+                           folder: Path | None = None) -> tuple[Path, Path]:
     """(inventory, home): h1 and h2 named only by ~/.ssh/config aliases in `home` (`box1`,
     `box2`, with address, port, user and key), h2 reached through h1 (ProxyJump box1); the
-    inventory says no user, port or key of its own. Run tfctl with HOME=home."""
+    inventory says no user, port or key of its own. Run tfctl with HOME=home. `include`: the
+    aliases are in `~/.ssh/config.d/lab.conf`, which the config Includes (by its full path:
+    OpenSSH expands `~` from the account, not $HOME); `folder`: the job's folder (default: a
+    new one with job.py). No host can resolve the aliases (the lab's /etc/hosts names h1..hN)."""
     import yaml
 
     home = tmp / "home"
-    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config.d").mkdir(parents=True)
     h1, h2 = lab.host("h1"), lab.host("h2")
-    (home / ".ssh" / "config").write_text(
-        f"Host box1\n  HostName {h1.address}\n  Port {h1.port}\n  User {lab.user}\n"
-        f"  IdentityFile {lab.key}\n"
-        f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {lab.user}\n"
-        f"  IdentityFile {lab.key}\n  ProxyJump box1\n")
+    aliases = (f"Host box1\n  HostName {h1.address}\n  Port {h1.port}\n  User {lab.user}\n"
+               f"  IdentityFile {lab.key}\n"
+               f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {lab.user}\n"
+               f"  IdentityFile {lab.key}\n  ProxyJump box1\n")
+    if include:
+        (home / ".ssh" / "config.d" / "lab.conf").write_text(aliases)
+        (home / ".ssh" / "config").write_text(f"Include {home}/.ssh/config.d/*.conf\n")
+    else:
+        (home / ".ssh" / "config").write_text(aliases)
     data = lab.inventory_dict(job, hosts=["h1", "h2"])
     for entry, alias in zip(data["hosts"], ("box1", "box2"), strict=True):
         entry["address"] = alias
         entry.pop("port", None)
     for key in ("user", "port", "identity_file"):
         data["defaults"].pop(key)
-    inv = job_dir(tmp) / "cluster.yaml"
+    inv = (folder or job_dir(tmp)) / "cluster.yaml"
     inv.write_text(yaml.safe_dump(data))
     return inv, home

@@ -391,10 +391,12 @@ def test_listen_and_connect_for_preflight() -> None:
     try:
         assert listened["bound"] == [port] and listened["busy"] == {}
         assert ok("listen", ports=[port], seconds=1)["busy"].keys() == {str(port)}
-        results = ok("connect", targets=[f"127.0.0.1:{port}", f"127.0.0.1:{closed}"],
-                     timeout_s=2)["targets"]
-        assert [r["ok"] for r in results] == [True, False]
+        results = ok("connect", targets=[f"127.0.0.1:{port}", f"127.0.0.1:{closed}",
+                                         "nosuchhost.invalid:2222"], timeout_s=2)["targets"]
+        assert [r["ok"] for r in results] == [True, False, False]
         assert results[1]["error"]
+        # A name this host cannot resolve is said apart from a port that does not answer.
+        assert [r["why"] for r in results] == [None, "refused", "unresolved"]
     finally:
         os.kill(listened["pid"], signal.SIGKILL)
 

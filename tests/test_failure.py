@@ -34,6 +34,13 @@ def test_checkpoint_shard_error_is_named_over_stack_frames() -> None:
      "OOM when allocating", "batch size"),
     (["E0000 UNAVAILABLE: failed to connect to all addresses; last error: Connection refused"],
      "UNAVAILABLE", "check --firewall"),
+    # gRPC's words when a name of the spec does not resolve (grpc/grpc#34709,
+    # tensorflow/serving#1535): a name, not a firewall.
+    (["E0000 UNAVAILABLE: DNS resolution failed for box2:2222: C-ares status is not "
+      "ARES_SUCCESS qtype=A name=box2 is_balancer=0: Domain name not found"], "UNAVAILABLE",
+     "`cluster_address:`"),
+    (["\tstatus = StatusCode.UNAVAILABLE", '\tdetails = "DNS resolution failed"'], "UNAVAILABLE",
+     "could not resolve a host name"),
     (["ValueError: Mismatched number of GPUs per worker"], "Mismatched", "same number of GPUs"),
     (["ModuleNotFoundError: No module named 'tensorflow'"], "ModuleNotFoundError",
      "not installed"),

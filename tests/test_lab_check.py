@@ -31,6 +31,9 @@ def test_check_passes_on_three_hosts(inventory: Path) -> None:
             proc.stdout
     assert "reaches 4 task ports on its peers" in proc.stdout  # 2 peers × (ps + worker)
     assert "all 3 hosts ready" in proc.stdout
+    # `style: flags` with a ps on each host, written before `strategy:` existed: the sharded
+    # checkpoint trap is said here as `plan` says it.
+    assert "parameter servers on 3 host(s) (h1, h2, h3)" in proc.stdout
 
 
 def test_stopped_sshd_is_named_and_fails(lab, inventory: Path, healed) -> None:  # type: ignore[no-untyped-def]

@@ -263,6 +263,9 @@ def _serve_until(socks: list[Any], deadline: float) -> int:
 
 
 def op_connect(req: dict[str, Any]) -> dict[str, Any]:
+    """TCP connects from this host to each `address:port` of `targets`, each answered with
+    `why` it failed: `unresolved` (this host cannot turn the name into an address, so no
+    firewall is to blame), `refused`, `timeout` or `error`; None when it connected."""
     import socket
 
     timeout_s = float(req.get("timeout_s", 3.0))
@@ -270,12 +273,24 @@ def op_connect(req: dict[str, Any]) -> dict[str, Any]:
     for target in req.get("targets", []):
         addr, _, port = str(target).rpartition(":")
         started = time.time()
-        error = None
+        error, why = None, None
+        address = (addr.strip("[]"), 0)
         try:
-            socket.create_connection((addr.strip("[]"), int(port)), timeout=timeout_s).close()
-        except (OSError, ValueError) as exc:
-            error = str(exc) or type(exc).__name__
-        results.append({"target": target, "ok": error is None, "error": error,
+            address = (address[0], int(port))
+            socket.getaddrinfo(address[0], address[1], 0, socket.SOCK_STREAM)
+        except (OSError, ValueError, UnicodeError) as exc:  # socket.gaierror is an OSError
+            error, why = str(exc) or type(exc).__name__, "unresolved"
+        if why is None:
+            try:
+                socket.create_connection(address, timeout=timeout_s).close()
+            # Python 3.8's socket.timeout is not yet TimeoutError; both are OSErrors.
+            except (socket.timeout, TimeoutError) as exc:  # noqa: UP041
+                error, why = str(exc) or "timed out", "timeout"
+            except ConnectionRefusedError as exc:
+                error, why = str(exc) or "connection refused", "refused"
+            except OSError as exc:
+                error, why = str(exc) or type(exc).__name__, "error"
+        results.append({"target": target, "ok": error is None, "error": error, "why": why,
                         "elapsed_ms": round((time.time() - started) * 1000, 1)})
     return {"targets": results}
 

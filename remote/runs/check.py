@@ -3,17 +3,19 @@
 Per host: reachable over SSH with a verified key; the inventory's python runs; its TensorFlow
 version; nvidia-smi and the GPU indices the inventory selects; no other user's or run's process
 on the GPUs the plan assigns; every task port free; and every other host able to reach this
-host's task ports (temporary listeners, then connects from every peer), which is what a firewall
-between lab machines breaks.
+host's task ports (temporary listeners, then connects from every peer, to the names the
+cluster spec gives), which is what a firewall between lab machines breaks, and what a name the
+hosts cannot resolve (an ssh alias, say) breaks before any firewall is involved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tfctl.inventory.plan import Plan
+from tfctl.inventory.model import Inventory
+from tfctl.inventory.plan import Plan, host_port
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.transport import Transport
@@ -167,7 +169,6 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
                  reports: dict[str, HostReport]) -> None:
     if len(hosts) < 2:
         return
-    inv = plan.inventory
     free = {h: [p for p in _task_ports(plan, h) if p not in busy[h]] for h in hosts}
     listening = fleet.map(lambda t: agentops.listen(t, free[t.host.name], LISTEN_SECONDS),
                           hosts)
@@ -175,20 +176,53 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
     for h in up:
         free[h] = [int(p) for p in listening.succeeded[h]["bound"]]
 
+    ports = [(host_port(plan.address_of(h), p), h) for h in up for p in free[h]]
+    owner = dict(ports)  # a target → the host it names in the cluster spec
+
     def targets_for(me: str) -> list[str]:
-        return [f"{inv.host(h).address}:{p}" for h in up if h != me for p in free[h]]
+        return [target for target, h in ports if h != me]
 
     connects = fleet.map(lambda t: agentops.connect(t, targets_for(t.host.name), 3), hosts)
     for src, result in connects.succeeded.items():
-        bad = [str(r["target"]) for r in result if not r.get("ok")]
-        if bad:
-            reports[src].add("fail", f"cannot reach {', '.join(bad)} (a firewall between "
-                                     "hosts?): TensorFlow tasks must reach each other's ports")
-        elif up:
+        for level, text in judge_peers(result, owner, plan.inventory):
+            reports[src].add(level, text)
+        if up and all(r.get("ok") for r in result):
             reports[src].add("ok", f"reaches {len(targets_for(src))} task ports on its peers")
     # The listeners would exit by themselves after LISTEN_SECONDS; free the ports now.
     pids = {h: int(listening.succeeded[h].get("pid") or 0) for h in up}
     fleet.map(lambda t: t.run(f"kill {pids[t.host.name]}"), [h for h in up if pids[h]])
+
+
+def judge_peers(results: Sequence[Mapping[str, Any]], owner: Mapping[str, str],
+                inv: Inventory) -> list[tuple[Level, str]]:
+    """What a host found connecting to its peers' task ports (agent op `connect`; `owner`: each
+    target's host): a name it cannot resolve is no firewall's doing, and is said apart from the
+    ports it cannot reach."""
+    unresolved: dict[str, str] = {}
+    for r in results:
+        if not r.get("ok") and r.get("why") == "unresolved":
+            name = str(r["target"]).rpartition(":")[0].strip("[]")
+            unresolved.setdefault(name, owner.get(str(r["target"]), "?"))
+    found: list[tuple[Level, str]] = []
+    for name, host in unresolved.items():
+        written = any(h.name == host and h.cluster_address for h in inv.hosts)
+        fix = ("correct its `cluster_address:`" if written else
+               "give it `cluster_address: <the IP or name the hosts know it by>`")
+        found.append(("fail", f"cannot resolve {name!r}, the name the cluster spec gives {host}: "
+                              "TensorFlow's tasks here could not find it (no firewall is to "
+                              f"blame); {fix}, or add the name to this host's /etc/hosts or DNS"))
+    blocked = [r for r in results if not r.get("ok") and r.get("why") != "unresolved"]
+    refused = [str(r["target"]) for r in blocked if r.get("why") == "refused"]
+    other = [str(r["target"]) for r in blocked if r.get("why") != "refused"]
+    if other:
+        found.append(("fail", f"cannot reach {', '.join(other)} (a firewall between hosts?): "
+                              "TensorFlow tasks must reach each other's ports"))
+    if refused:
+        found.append(("fail", f"cannot reach {', '.join(refused)}: refused while a listener "
+                              "was there (a firewall that rejects, or the name is another "
+                              "machine from here): TensorFlow tasks must reach each other's "
+                              "ports"))
+    return found
 
 
 def judge_tensorflow(tf: Mapping[str, Any] | None, wanted: tuple[int, ...],

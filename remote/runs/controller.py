@@ -17,6 +17,7 @@ from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan, make_plan
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.agentops import StopAnswer
+from tfctl.remote.connect.clusteraddr import cluster_address
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import GpusBusy, RemoteError
@@ -124,9 +125,10 @@ class RunController:
 
     @property
     def plan(self) -> Plan:
-        """The inventory's plan, made on first use (`down` and `status` need none)."""
+        """The inventory's plan, made on first use (`down` and `status` need none); its cluster
+        spec names the hosts as they reach each other (connect/clusteraddr.py)."""
         if self._plan is None:
-            self._plan = make_plan(self.inventory)
+            self._plan = make_plan(self.inventory, reach=cluster_address)
         return self._plan
 
     @plan.setter

@@ -66,6 +66,11 @@ HINTS = (
     Hint(re.compile(r"RESOURCE_EXHAUSTED|OOM when allocating|out of memory", re.IGNORECASE),
          "out of GPU memory: lower the batch size (per host: `hosts[].args`), or give the task "
          "a GPU no other process uses (`tfctl gpus`)"),
+    Hint(re.compile(r"DNS resolution failed|C-ares status is not ARES_SUCCESS"),
+         "a task could not resolve a host name of the cluster spec (no firewall is to blame): "
+         "every name `tfctl plan` shows must resolve on the hosts; give that host "
+         "`cluster_address:` (the IP the others reach it by); `tfctl check` tries every name "
+         "from every host"),
     Hint(re.compile(r"UNAVAILABLE|failed to connect to all addresses|Connection refused",
                     re.IGNORECASE),
          "a task could not reach another: are the ports open between the hosts? "

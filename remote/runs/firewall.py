@@ -46,7 +46,7 @@ def peer_addresses(plan: Plan) -> tuple[str, ...]:
     """Every address of the plan's hosts, in inventory order: all of them talk to each other."""
     seen: dict[str, None] = {}
     for name in plan.hosts_used:
-        seen.setdefault(plan.inventory.host(name).address, None)
+        seen.setdefault(plan.address_of(name), None)  # as the cluster spec names it
     return tuple(seen)
 
 
@@ -58,7 +58,7 @@ def firewall_rules(plan: Plan) -> list[HostRules]:
         ports = task_ports(plan, name)
         if not ports:
             continue
-        out.append(HostRules(name, plan.inventory.host(name).address, ports, peers,
+        out.append(HostRules(name, plan.address_of(name), ports, peers,
                              nftables_rules(f"tfctl_{table}", ports, peers),
                              iptables_rules(f"TFCTL-{table.upper()}"[:28], ports, peers)))
     return out

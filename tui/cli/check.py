@@ -43,11 +43,12 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
       tfctl check --json | jq -r '.hosts[] | select(.ok | not) | .host'
     """
     from tfctl.inventory.plan import make_plan
+    from tfctl.remote.connect.clusteraddr import cluster_address
     from tfctl.remote.connect.fleet import Fleet
     from tfctl.remote.runs.check import run_check
 
     c = obj(ctx)
-    plan = make_plan(c.load())
+    plan = make_plan(c.load(), reach=cluster_address)
     if firewall:
         from tfctl.remote.runs.firewall import render
 

@@ -15,14 +15,18 @@ from tfctl.tui.cli.context import obj
 def plan(ctx: click.Context, as_json: bool) -> None:
     """Show every task of the job: host, port, GPU mask, env and exact command.
 
+    The cluster spec names each host as the other hosts reach it: its `cluster_address`, else
+    the HostName its ssh config gives an alias (nothing is contacted).
+
     \b
     Example:
       tfctl -i examples/two-hosts.yaml plan
       tfctl -i examples/two-hosts.yaml plan --json | jq '.tasks[].command'
     """
     from tfctl.inventory.plan import make_plan
+    from tfctl.remote.connect.clusteraddr import cluster_address
 
-    p = make_plan(obj(ctx).load())
+    p = make_plan(obj(ctx).load(), reach=cluster_address)  # ssh aliases as the hosts know them
     if as_json:
         click.echo(json.dumps(p.to_json(), indent=2))
         return
