@@ -135,3 +135,39 @@ def test_check_warns_below_the_disk_floor(lab, tmp_path: Path) -> None:  # type:
     check = tfctl(inv, "check")
     out = check.stdout + check.stderr
     assert "free in the workdir's filesystem, below job.disk_floor_mb (1000000000 MB)" in out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def test_the_job_ends_on_a_full_host_and_is_recorded_once_there_is_room(  # type: ignore[no-untyped-def]
+        lab, small_runs: Path, tmp_path: Path, down_after: list[Path]) -> None:
+    """The job's end while h2's disk is full: h2's watcher stops its parameter server all the
+    same; its end and the task's exit are recorded once there is room."""
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", {
+        "script": "job.py", "style": "tf_config", "args": ["--steps=80", "--step_s=0.1"]})
+    down_after.append(inv)
+    up = tfctl(inv, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    [run_dir] = [p for p in small_runs.iterdir() if p.is_dir()]
+    _, data = status(inv)
+    ps1 = next(t["pid"] for t in data["tasks"] if t["name"] == "ps:1")
+    filler = fill(small_runs)
+    try:
+        wait_until(lambda: not alive(ps1), "h2's ps:1 stopped at the job's end", 90)
+    except AssertionError as exc:
+        files = {p.name: p.stat().st_size for p in run_dir.iterdir()}
+        raise AssertionError(f"{exc}; on h2: {files}\n{(run_dir / 'watch.log').read_text()}"
+                             ) from None
+    assert not (run_dir / "finished.json").exists()  # no room for it yet
+    filler.unlink()
+    wait_until(lambda: (run_dir / "finished.json").exists(), "h2's end recorded", 30)
+    assert json.loads((run_dir / "finished.json").read_text())["status"]["state"] == "finished"
+    wait_until(lambda: (run_dir / "ps-1.exit.json").exists(), "ps:1's exit recorded", 30)
+    _, data = status(inv)
+    assert {t["name"]: t["state"] for t in data["tasks"]}["ps:1"] == "stopped"

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from tfctl.inventory.load import parse_inventory
-from tfctl.remote.agent.run import TaskLog, relay_until_exit, write_json_when_room
+from tfctl.remote.agent.run import (
+    TaskLog,
+    relay_until_exit,
+    reserve_slot,
+    write_json_when_room,
+)
 from tfctl.remote.runs.check import judge_room
 from tfctl.remote.runs.launch import task_manifest
 
@@ -122,3 +127,18 @@ def test_a_task_s_end_waits_for_room_to_be_recorded(small_fs: Path) -> None:
     filler.unlink()
     writer.join(10)
     assert not writer.is_alive() and json.loads(record.read_text())["exit_code"] == 0
+
+
+def test_a_task_s_end_is_recorded_at_once_in_the_room_kept_for_it(small_fs: Path) -> None:
+    """The supervisor keeps a slot for the exit record while there is room: on a full disk
+    the record is written into it in place and renamed, with no wait."""
+    slot = reserve_slot(str(small_fs / "ps-0.exit.slot"))
+    assert slot is not None
+    filler = small_fs / "filler"
+    with open(filler, "wb", buffering=0) as f, pytest.raises(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    record = small_fs / "ps-0.exit.json"
+    write_json_when_room(str(record), {"exit_code": None, "signal": "SIGTERM"}, slot=slot)
+    assert json.loads(record.read_text()) == {"exit_code": None, "signal": "SIGTERM"}
+    assert sorted(p.name for p in small_fs.iterdir()) == ["filler", "ps-0.exit.json"]

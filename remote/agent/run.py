@@ -5,7 +5,8 @@ Part of the agent program (see `agent.py`): stdlib only, Python >= 3.8, Linux, n
 Layout, `<workdir>/.tfctl/runs/<run_id>/`: `manifest.json`; per task (":" in its name becomes
 "-"): `<task>.log` (stdout+stderr, appended), `<task>.pid.json` ({pid, pgid, supervisor_pid,
 started_at, restarts, start ticks, boot_id: the host's boot it started in, see `boot.py`}),
-`<task>.exit.json` once it ended for good ({exit_code, signal, ended_at}), `<task>.stopped` when
+`<task>.exit.json` once it ended for good ({exit_code, signal, ended_at}; written through
+`<task>.exit.slot`, room kept for it at the start, when the disk is full), `<task>.stopped` when
 `tfctl down` stopped it; `finished.json` when the job ended.
 
 Each task runs under a detached supervisor (double fork, `setsid`: it leads the task's session and
@@ -80,19 +81,57 @@ def write_json(path: str, value: Any) -> None:
         raise
 
 
-def write_json_when_room(path: str, value: Any, every_s: float = 1.0) -> None:
-    """`write_json`, tried again every `every_s` while the disk has no room for it (ENOSPC,
-    EDQUOT): a task's end must reach its record, which status and the job's end read."""
+def write_json_when_room(path: str, value: Any, every_s: float = 1.0,
+                         slot: str | None = None) -> None:
+    """`write_json`, where the disk has no room for it (ENOSPC, EDQUOT) written into `slot`
+    (a file `reserve_slot` filled while there was room, rewritten in place: no new blocks)
+    renamed to `path`, else tried again every `every_s`: a task's end must reach its record,
+    which status and the job's end read."""
     import errno
 
     while True:
         try:
             write_json(path, value)
+            if slot is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(slot)
             return
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
+        data = json.dumps(value, sort_keys=True).encode()
+        if slot is not None and len(data) <= SLOT_BYTES:
+            try:
+                fd = os.open(slot, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, data.ljust(SLOT_BYTES), 0)  # JSON allows trailing blanks
+                finally:
+                    os.close(fd)
+                os.replace(slot, path)
+                return
+            except OSError:
+                slot = None  # no slot after all: wait for room
         time.sleep(every_s)
+
+
+SLOT_BYTES = 4096
+
+
+def reserve_slot(path: str) -> str | None:
+    """A file of SLOT_BYTES blanks at `path`, its blocks taken now; None without room."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return None
+    try:
+        os.pwrite(fd, b" " * SLOT_BYTES, 0)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    finally:
+        os.close(fd)
+    return path
 
 
 def read_json(path: str) -> Any:
@@ -352,6 +391,7 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
 
     log = TaskLog(task_file(run_dir, name, ".log"), int(task.get("log_max_bytes") or
                                                          LOG_MAX_BYTES))
+    slot = reserve_slot(task_file(run_dir, name, ".exit.slot"))  # the end's record, room or not
     _task_log[:] = [log]
     pipe, out = os.pipe()  # `out` stays open here: restarts write to the same pipe
     while True:
@@ -362,7 +402,8 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
             error = f"cannot start {name}: {argv[0]}: {getattr(exc, 'strerror', None) or exc}"
             _log(error)
             write_json_when_room(paths[".exit.json"], dict(
-                exit_code=127, signal=None, ended_at=now(), error=error, restarts=restarts))
+                exit_code=127, signal=None, ended_at=now(), error=error, restarts=restarts),
+                slot=slot)
             return 1
         try:
             write_json(paths[".pid.json"], {
@@ -386,7 +427,7 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
                 _wait_for_peers_down(_training_peers(env), paths[".stopped"])
             if not _sleep_unless(paths[".stopped"], float(policy.get("backoff_s", 2.0))):
                 continue
-        write_json_when_room(paths[".exit.json"], dict(last_exit, restarts=restarts))
+        write_json_when_room(paths[".exit.json"], dict(last_exit, restarts=restarts), slot=slot)
         return 0
 
 

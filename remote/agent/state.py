@@ -246,8 +246,7 @@ def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
     recs = {name: _records(run_dir, name) for name in names or []}
     for name, rec in recs.items():
         if not rec["exit"] and os.path.isdir(run_dir):  # the supervisor must not restart it
-            with open(task_file(run_dir, name, ".stopped"), "w") as marker:
-                marker.write(f"{now()}\n")
+            mark_stopped(task_file(run_dir, name, ".stopped"))
 
     def current() -> dict[int, str]:
         found = _task_processes(run_id, recs)
@@ -289,6 +288,18 @@ def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
     gpu_pids, gpu_error = gpu_pids_among(seen | set(remaining_pids))
     return {"stopped": stopped, "killed_after_grace": killed, "remaining_pids": remaining_pids,
             "gpu_pids": gpu_pids, "gpu_error": gpu_error}
+
+
+def mark_stopped(path: str) -> None:
+    """The `.stopped` marker: its name says it (an inode, no room needed); the time in it is
+    left out on a full disk rather than fail the stop."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"{now()}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.proc import same_process, start_ticks
-from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail
+from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
 from tfctl.remote.agent.run import (
     fork_detached,
     load_manifest,
@@ -52,6 +52,7 @@ from tfctl.remote.agent.run import (
     read_json,
     task_file,
     write_json,
+    write_json_when_room,
 )
 from tfctl.remote.agent.state import SILENCE_FILE, WATCH_PID, stop_tasks
 
@@ -309,8 +310,11 @@ class SilenceRecord:
                                    "silent_s": round(time.time() - silence["since"], 1)})
         self.said = dict(silences)
         if silences:
-            write_json(self.path, {"silences": sorted(silences.values(),
-                                                      key=lambda s: str(s["task"]))})
+            try:
+                write_json(self.path, {"silences": sorted(silences.values(),
+                                                          key=lambda s: str(s["task"]))})
+            except OSError as exc:  # no room: status says the records stopped instead
+                space_of(os.path.dirname(self.path)).failed(exc, SILENCE_FILE)
         else:
             clear_silence(os.path.dirname(self.path))
 
@@ -343,10 +347,15 @@ def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
     serving = set(rule.get("serving", ["ps"]))
     names = [t["name"] for t in tasks]
     path = os.path.join(run_dir, "finished.json")
-    if not os.path.exists(path):
-        write_json(path, {"status": {"state": "finished", "cause": cause, "exit_code": exit_code,
-                                     "by": f"watcher on {manifest.get('host')}"},
-                          "finished_at": now()})
+    finished = {"status": {"state": "finished", "cause": cause, "exit_code": exit_code,
+                           "by": f"watcher on {manifest.get('host')}"}, "finished_at": now()}
+    recorded = os.path.exists(path)
+    if not recorded:
+        try:
+            write_json(path, finished)
+            recorded = True
+        except OSError as exc:  # no room (a full disk): the tasks are stopped all the same
+            space_of(run_dir).failed(exc, "finished.json")
     _stop_where(run_dir, run_id, [t["name"] for t in tasks if t["type"] in serving])
     workers = [t["name"] for t in tasks if t["type"] in ("worker", "chief", "evaluator")
                and t["type"] not in serving]
@@ -359,6 +368,8 @@ def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
         _stop_where(run_dir, run_id, board)
     rest = [n for n in names if n not in board or not tensorboard.get("keep")]
     _stop_where(run_dir, run_id, rest)
+    if not recorded:  # the end, once there is room: status and `runs` read it
+        write_json_when_room(path, finished)
 
 
 def _stop_where(run_dir: str, run_id: str, names: list[str]) -> None:
