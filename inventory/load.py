@@ -136,7 +136,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "tensorboard": schema.TensorBoardSpec, "ports": schema.PortsSpec, "sync": schema.SyncSpec,
     "restart": schema.RestartSpec, "task_args": schema.TaskArgsSpec,
     "task_env": schema.TaskEnvSpec, "slurm": schema.SlurmSpec,
-    "kubernetes": schema.KubernetesSpec,
+    "kubernetes": schema.KubernetesSpec, "notify": schema.NotifySpec,
 }
 
 
@@ -335,6 +335,7 @@ class _Resolver:
             outputs=self._outputs(j), keras=j.keras, throughput=self._patterns(j),
             silence_window_s=j.silence_window, log_max_bytes=max(1, int(j.log_max_mb * 2**20)),
             disk_floor_bytes=int(j.disk_floor_mb * 2**20),
+            notify=None if j.notify is None else model.Notify(j.notify.command, j.notify.webhook),
         )
 
     def _patterns(self, j: schema.JobSpec) -> tuple[str, ...]:

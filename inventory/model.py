@@ -96,6 +96,11 @@ class Ports:
     ps: int | None = 2222
     worker: int | None = 2223
     chief: int | None = 2220
+    chosen_at_up: tuple[str, ...] = ()
+    """The types whose port the file does not write: `up` takes each task of them its usual
+    port above where that is free on its host, else a free one of `free_range`."""
+    free_range: tuple[int, int] = (2220, 2299)
+    """`job.port_range`, both ends included: where `up` looks for a free port."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,16 @@ class RestartPolicy:
 
     def for_type(self, task_type: str) -> RestartMode:
         return self.policies.get(task_type, "never")
+
+
+@dataclass(frozen=True)
+class Notify:
+    """`job.notify`: what the chief host's watcher does when the run ends (either or both)."""
+
+    command: str | None = None
+    """A shell command run on the chief's host, the run's end in its environment (TFCTL_*)."""
+    webhook: str | None = None
+    """An http(s) URL the watcher POSTs the run's end to, as JSON."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,8 @@ class Job:
     """A task's log is rotated at this size (`job.log_max_mb`): `<task>.log` and `.log.1`."""
     disk_floor_bytes: int = 1024 << 20
     """`check` warns below this much room in a host's workdir filesystem (`job.disk_floor_mb`)."""
+    notify: Notify | None = None
+    """`job.notify`: word when the run ends, from the chief host's watcher."""
 
 
 @dataclass(frozen=True)

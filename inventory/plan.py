@@ -7,6 +7,10 @@ Ordering follows the classic machinefile convention: hosts in file order; on eac
 parameter servers (ports `ports.ps` + local index) and its workers (one per selected GPU, or one
 per host; ports `ports.worker` + local index). So with hosts titan (4 GPUs) and gtx970 ([0]),
 ps_hosts is `titan:2222,gtx970:2222` and worker_hosts `titan:2223..2226,gtx970:2223`.
+Those are the ports of a host nobody else runs a job on: for a type whose port the file does
+not write, `up` asks each host which of them are free and takes a free port of `job.port_range`
+in place of a taken one (two runs share a host), then plans again with `chosen` (`with_ports`),
+so the cluster spec, TF_CONFIG and flags name the ports the tasks will really listen on.
 
 `job.strategy` changes three things here: under multi_worker_mirrored the chief is a training
 worker, so it takes its host's first worker slot (mask and all) instead of an empty mask; under
@@ -41,7 +45,7 @@ from tfctl.inventory.tasks import (  # re-exported: callers import them from her
 )
 
 __all__ = ["BASE_ENV", "CLUSTER_TYPES", "LAUNCH_ORDER", "Plan", "Reach", "Task", "TaskType",
-           "make_plan"]
+           "make_plan", "with_ports"]
 
 Reach = Callable[[Host], str]
 """A host → the name the other hosts reach it by (its ssh config's HostName, say)."""
@@ -55,12 +59,18 @@ class _Slot:
     host: Host
     port: int | None
     mask: str
+    auto: bool = False
+    """Its port is chosen at up (its type's port is not written in the file)."""
 
 
-def make_plan(inv: Inventory, reach: Reach | None = None) -> Plan:
-    """The plan of `inv`; `reach` names the hosts in the cluster spec (module docstring)."""
+def make_plan(inv: Inventory, reach: Reach | None = None,
+              chosen: Mapping[str, int] | None = None) -> Plan:
+    """The plan of `inv`; `reach` names the hosts in the cluster spec (module docstring);
+    `chosen`: task name → the port `up` took for it, for tasks whose port is chosen at up."""
     addresses = cluster_addresses(inv, reach)
-    slots = _cluster_slots(inv)
+    slots = [_Slot(s.type, s.index, s.host, chosen[f"{s.type}:{s.index}"], s.mask, s.auto)
+             if s.auto and chosen and f"{s.type}:{s.index}" in chosen else s
+             for s in _cluster_slots(inv)]
     cluster = {
         t: [host_port(addresses[s.host.name], s.port)
             for s in slots if s.type == t and s.port is not None]
@@ -72,6 +82,14 @@ def make_plan(inv: Inventory, reach: Reach | None = None) -> Plan:
     tasks.sort(key=lambda t: LAUNCH_ORDER.index(t.type))
     plan = Plan(inventory=inv, tasks=tuple(tasks), cluster=cluster, addresses=addresses)
     return dataclasses.replace(plan, warnings=rules.warnings(plan))
+
+
+def with_ports(plan: Plan, chosen: Mapping[str, int]) -> Plan:
+    """`plan` with the ports `up` took (task name → port) for tasks whose port is chosen at up:
+    their cluster spec, TF_CONFIG and flags name those ports."""
+    if not chosen:
+        return plan
+    return make_plan(plan.inventory, lambda h: plan.address_of(h.name), chosen)
 
 
 def cluster_addresses(inv: Inventory, reach: Reach | None = None) -> dict[str, str]:
@@ -90,6 +108,7 @@ def _cluster_slots(inv: Inventory) -> list[_Slot]:
     job = inv.job
     base = _first_ports(inv)
     slots: list[_Slot] = []
+    auto = set(job.ports.chosen_at_up)
     for host in inv.hosts:
         for i in range(host.ps):
             slots.append(_Slot("ps", 0, host, _port(base["ps"], i), ""))
@@ -107,7 +126,8 @@ def _cluster_slots(inv: Inventory) -> list[_Slot]:
     for s in slots:
         n = counters.get(s.type, 0)
         counters[s.type] = n + 1
-        numbered.append(_Slot(s.type, n, s.host, s.port, s.mask))
+        numbered.append(_Slot(s.type, n, s.host, s.port, s.mask,
+                              s.type in auto and s.port is not None))
     return numbered
 
 
@@ -163,7 +183,7 @@ def _cluster_task(inv: Inventory, s: _Slot, cluster: Mapping[str, list[str]],
     elif job.style == "flags":
         argv += classic_flags(cluster, s.type, s.index)
     return Task(s.type, s.index, s.host.name, addresses[s.host.name], s.port, s.mask, env,
-                s.host.workdir, tuple(argv))
+                s.host.workdir, tuple(argv), port_chosen_at_up=s.auto)
 
 
 def _side_tasks(inv: Inventory, cluster: Mapping[str, list[str]],

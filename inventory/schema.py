@@ -133,6 +133,36 @@ class PortsSpec(_Strict):
     _ports = field_validator("ps", "worker", "chief")(classmethod(lambda cls, v: _check_port(v)))
 
 
+def port_range(value: str) -> tuple[int, int]:
+    """`"2220-2299"` → (2220, 2299); ValueError saying what a range is."""
+    match = re.fullmatch(r"(\d{1,5})-(\d{1,5})", value)
+    low, high = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if not match or not 1024 <= low <= high <= 65535:
+        raise ValueError("a port range is LOW-HIGH, from 1024 to 65535, low first "
+                         "(e.g. `2220-2299`)")
+    return low, high
+
+
+class NotifySpec(_Strict):
+    """`job.notify`: word when the run ends, sent by the chief host's watcher (either or both)."""
+
+    command: str | None = Field(default=None, min_length=1, pattern=r"^[^\x00]*$")
+    webhook: str | None = None
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook(cls, value: str | None) -> str | None:
+        if value is None or re.fullmatch(r"https?://[^\s/?#@]+(?:[/?#]\S*)?", value):
+            return value
+        raise ValueError("a webhook is an http:// or https:// URL, without spaces")
+
+    @model_validator(mode="after")
+    def _something(self) -> NotifySpec:
+        if self.command is None and self.webhook is None:
+            raise ValueError("give `command:`, `webhook:` or both")
+        return self
+
+
 class SyncSpec(_Strict):
     source: str = "."
     exclude: list[str] = [".git", "out"]
@@ -193,6 +223,10 @@ class JobSpec(_Strict):
     evaluator: EvaluatorSpec | None = None
     tensorboard: TensorBoardSpec | None = None
     ports: PortsSpec = PortsSpec()
+    # Where `up` finds a free port for a task type `ports:` does not write (two runs share a host).
+    port_range: str = "2220-2299"
+    # Word when the run ends: a command on the chief's host, a POST to a webhook, or both.
+    notify: NotifySpec | None = None
     sync: SyncSpec | Literal[False] = SyncSpec()
     setup: list[str] = []
     setup_inputs: list[str] = []
@@ -216,6 +250,12 @@ class JobSpec(_Strict):
     disk_floor_mb: float = Field(default=1024.0, ge=0)
     task_args: TaskArgsSpec = TaskArgsSpec()
     task_env: TaskEnvSpec = TaskEnvSpec()
+
+    @field_validator("port_range")
+    @classmethod
+    def _port_range(cls, value: str) -> str:
+        port_range(value)
+        return value
 
 
 def _matching(pattern: str, what: str) -> Any:

@@ -85,9 +85,12 @@ def check_chief(job: schema.JobSpec, error: ErrorFactory) -> None:
 
 def resolve_ports(job: schema.JobSpec, error: ErrorFactory) -> model.Ports:
     """`ports.<type>: none` (or null) means that type opens no port; only `custom` may say so,
-    since every other strategy's tasks connect to each other's ports (mirrored opens none)."""
+    since every other strategy's tasks connect to each other's ports (mirrored opens none).
+    A type `ports:` does not write keeps its usual first port in the plan, and `up` may take a
+    free one of `job.port_range` for it on a host where that is taken (`chosen_at_up`)."""
     if job.strategy == "mirrored":
         return model.Ports(None, None, None)
+    written = job.ports.model_fields_set
     values: dict[str, int | None] = {}
     for task_type in ("ps", "worker", "chief"):
         value = getattr(job.ports, task_type)
@@ -102,7 +105,8 @@ def resolve_ports(job: schema.JobSpec, error: ErrorFactory) -> model.Ports:
                         f"{getattr(model.Ports(), task_type)}` (only `strategy: custom` may "
                         "leave a task type without one)")
         values[task_type] = None
-    return model.Ports(**values)
+    chosen = tuple(t for t in ("ps", "worker", "chief") if t not in written)
+    return model.Ports(**values, chosen_at_up=chosen, free_range=schema.port_range(job.port_range))
 
 
 def task_args(job: schema.JobSpec) -> dict[str, tuple[str, ...]]:

@@ -44,6 +44,9 @@ class Task:
     """The full environment tfctl sets (mask and TF_CONFIG included), on top of the login env."""
     cwd: str
     argv: tuple[str, ...]
+    port_chosen_at_up: bool = False
+    """Its port is not written in the file: `up` keeps `port` where that is free on the host,
+    else takes a free one of `job.port_range` (the run's manifest records which)."""
 
     @property
     def name(self) -> str:
@@ -62,6 +65,7 @@ class Task:
             "host": self.host,
             "address": self.address,
             "port": self.port,
+            "port_chosen_at_up": self.port_chosen_at_up,
             "cuda_visible_devices": self.cuda_visible_devices,
             "env": dict(self.env),
             "cwd": self.cwd,
@@ -107,4 +111,6 @@ class Plan:
             "addresses": dict(self.addresses),
             "tasks": [t.to_json() for t in self.tasks],
             "warnings": list(self.warnings),
+            "port_range": list(self.inventory.job.ports.free_range)
+            if any(t.port_chosen_at_up for t in self.tasks) else None,
         }

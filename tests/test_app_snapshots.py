@@ -72,3 +72,23 @@ def test_down_asks_first(snap_compare: SnapCompare) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=down)
+
+
+def test_lab_view(snap_compare: SnapCompare) -> None:
+    """`L`: every GPU of every host, held, reserved, idle, stale (tests/fakes/ui_sources.py)."""
+
+    async def lab(pilot: Pilot[None]) -> None:
+        from textual.widgets import DataTable
+
+        from tfctl.tui.app.labview import LabScreen
+
+        await settled(pilot)
+        await pilot.press("L")
+        deadline = time.monotonic() + 10
+        while not (isinstance(pilot.app.screen, LabScreen)
+                   and pilot.app.screen.query_one(DataTable).row_count == 6):
+            assert time.monotonic() < deadline, "the lab never answered"
+            await pilot.pause(0.05)
+        await pilot.pause(0.1)
+
+    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=lab)

@@ -88,7 +88,10 @@ def test_task_dying_at_start_rolls_back_with_log_tail(lab, tmp_path: Path) -> No
 
 
 def test_busy_port_is_one_line_naming_host_and_port(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER)
+    # A port the inventory writes stays fixed: taken, it refuses the `up` (an unwritten one
+    # would be chosen free: tests/test_lab_two_runs.py).
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
+                              {**FOREVER, "ports": {"ps": 2222, "worker": 2223}})
     holder = subprocess.Popen(["ip", "netns", "exec", lab.host("h2").namespace, "python3", "-c",
                                "import socket,time; s=socket.socket();"
                                " s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"

@@ -26,6 +26,7 @@ from typing import Any
 from tfctl.remote.agent.boot import boot_id
 from tfctl.remote.agent.claims import claim_run, release_run
 from tfctl.remote.agent.disk import records_state, room_at
+from tfctl.remote.agent.freeports import choose_ports
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.run import (
     AgentError,
@@ -97,7 +98,19 @@ def op_probe(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_ports(req: dict[str, Any]) -> dict[str, Any]:
-    return {"ports": port_report(int(p) for p in req.get("ports", []))}
+    answer: dict[str, Any] = {"ports": port_report(int(p) for p in req.get("ports", []))}
+    if req.get("choose"):
+        answer["choose"] = choose_from(req["choose"])
+    return answer
+
+
+def choose_from(ask: dict[str, Any]) -> dict[str, Any]:
+    """Free ports for the tasks whose port is chosen at up (freeports.py): `ask` has `tasks`
+    ([{"task", "preferred"}]), `range` ([low, high]), `fixed` (the run's written ports here)
+    and the `up`'s lease `token` (none from `check`, which only asks)."""
+    low, high = (int(x) for x in ask["range"])
+    return choose_ports(list(ask.get("tasks", [])), low, high, ask.get("fixed", ()),
+                        ask.get("token"))
 
 
 def op_prepare(req: dict[str, Any]) -> dict[str, Any]:

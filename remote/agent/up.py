@@ -6,10 +6,13 @@ Last in the program, it adds its operations to `main.OPS`.
 `up_check` answers everything `up` must know before it may start anything anywhere: whether
 the synced tree differs (the client sends the digests), whether `job.setup` is cached, what
 nvidia-smi says of the GPUs (the busy-GPU check) and which task ports are taken (a live run's
-tasks hold theirs). It starts nothing, and it cannot: only the client, once every host's answer
-is in and judged, sends `up_go`. That is why one host never starts tasks while another host's
-check is still to fail (a busy GPU, a taken port refuse the whole `up` with nothing started).
-`prepare`, in `up_go`, still refuses a run while another is live here, as it always did.
+tasks hold theirs), and for the tasks whose port the inventory does not write, which free
+ports they would take (`freeports.py`, leased for this `up`). It starts nothing, and it
+cannot: only the client, once every host's answer is in and judged, sends `up_go`. That is why
+one host never starts tasks while another host's check is still to fail (a busy GPU, a taken
+port refuse the whole `up` with nothing started).
+`prepare`, in `up_go`, still refuses a run while another is live here, as it always did, and
+`up_go` refuses to start when a port chosen by the check was taken since (`verify_ports`).
 
 `up_go` does what `prepare`, `launch`, `wait_ports` and `status` did in four requests: make the
 run directory (and copy the cached setup log into it), start the tasks named, wait for them to
@@ -25,9 +28,11 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.claims import claim_run, read_claims
-from tfctl.remote.agent.main import OPS, expand, need, op_prepare, op_status
+from tfctl.remote.agent.freeports import release, taken_since
+from tfctl.remote.agent.main import OPS, choose_from, expand, need, op_prepare, op_status
 from tfctl.remote.agent.proc import port_report, user_name
 from tfctl.remote.agent.run import (
+    AgentError,
     launch_tasks,
     load_manifest,
     manifest_tasks,
@@ -56,6 +61,8 @@ def op_up_check(req: dict[str, Any]) -> dict[str, Any]:
         answer["claims"] = {"me": {"uid": os.getuid(), "user": user_name(os.getuid())},
                             "claims": claims, "warnings": warnings}
     answer["ports"] = port_report(int(p) for p in req.get("ports", []))
+    if req.get("choose"):  # ports chosen at up, bind-probed and leased (freeports.py)
+        answer["choose"] = choose_from(req["choose"])
     return answer
 
 
@@ -122,6 +129,10 @@ def op_up_go(req: dict[str, Any]) -> dict[str, Any]:
         if req.get("setup_log"):
             _copy_setup_log(str(req["setup_log"]), os.path.join(run_dir, "setup.log"))
     manifest = load_manifest(run_dir)
+    taken = taken_since(req.get("verify_ports") or ())
+    if taken:  # another process took a chosen port since the check: nothing starts here
+        raise AgentError("port_taken", f"port {', '.join(map(str, taken))} was taken on this "
+                         "host after `up` chose it (another run starting?)", ports=taken)
     if req.get("launch"):
         answer["pids"] = launch_tasks(run_dir, workdir, run_id, manifest, req["launch"])["tasks"]
         answer["watcher_pid"] = start_watcher(run_dir, run_id)
@@ -132,6 +143,8 @@ def op_up_go(req: dict[str, Any]) -> dict[str, Any]:
         waited = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, names),
                                float(req.get("timeout_s", 2.0)))
         answer["waited"], ready, seen = waited["tasks"], bool(waited["ready"]), waited["seen"]
+        if ready and req.get("lease_token"):  # its chosen ports are held by its tasks now
+            release(str(req["lease_token"]))
     if req.get("status") is not None and ready:  # the wait's last look, if it saw every task
         answer["status"] = op_status({"workdir": workdir, "run_id": run_id,
                                       "tail": int(req["status"])}, seen)

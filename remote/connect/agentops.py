@@ -51,6 +51,13 @@ def ports(t: Transport, numbers: Sequence[int]) -> list[PortState]:
                       s.get("tfctl_task"), s) for s in answer["ports"]]
 
 
+def choose_ports(t: Transport, ask: Raw) -> Raw:
+    """Free ports for the tasks whose port is chosen at up (op `ports` with `choose`, agent
+    freeports.py): {"chosen": {task: port}, "short": [tasks no free port was left for]}."""
+    answer: Raw = agentclient.call(t, "ports", {"ports": [], "choose": dict(ask)})["choose"]
+    return answer
+
+
 def listen(t: Transport, numbers: Sequence[int], seconds: float) -> dict[str, Any]:
     """Bind these ports for `seconds` in a background listener (op `listen`): bound, busy, pid."""
     answer: dict[str, Any] = agentclient.call(t, "listen", {"ports": list(numbers),
@@ -315,14 +322,20 @@ class UpCheck:
     ports: tuple[PortState, ...]
     claims: Raw | None = None
     """The host's claims, as op `claims` answers (None: no GPU task here)."""
+    chosen: Raw | None = None
+    """The free ports for the tasks whose port is chosen at up (None: none asked), as
+    `choose_ports` answers."""
 
 
 def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | None,
-             gpus_script: str | None, port_numbers: Sequence[int]) -> UpCheck:
+             gpus_script: str | None, port_numbers: Sequence[int],
+             choose: Raw | None = None) -> UpCheck:
     a = agentclient.call(t, "up_check", {"workdir": workdir, "entries": entries,
                                          "setup": None if setup is None else dict(setup),
                                          "gpus_script": gpus_script,
-                                         "ports": list(port_numbers)}, timeout_s=90)
+                                         "ports": list(port_numbers),
+                                         "choose": None if choose is None else dict(choose)},
+                         timeout_s=90)
     sync, gpus = a.get("sync"), a.get("gpus")
     differ = None if sync is None else sync.get("differ")
     return UpCheck(
@@ -332,7 +345,7 @@ def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | No
         a.get("setup"), None if gpus is None else str(gpus.get("stdout") or ""),
         tuple(PortState(int(s["port"]), bool(s.get("free")), s.get("tfctl_run_id"),
                         s.get("tfctl_task"), s) for s in a.get("ports", ())),
-        a.get("claims"))
+        a.get("claims"), chosen=a.get("choose"))
 
 
 @dataclass(frozen=True)
@@ -346,11 +359,15 @@ class UpGo:
 
 def up_go(t: Transport, workdir: str, run_id: str, *, manifest: Raw | None = None,
           setup_log: str | None = None, launch: Sequence[str] = (), wait: Sequence[str] = (),
-          timeout_s: float = 2.0, status_tail: int | None = None) -> UpGo:
+          timeout_s: float = 2.0, status_tail: int | None = None,
+          verify_ports: Sequence[int] = (), lease_token: str | None = None) -> UpGo:
     """Prepare the run (with `manifest`), start `launch`, wait up to `timeout_s` for `wait` to
-    listen or end; the host's status once they are all up (with `status_tail`)."""
+    listen or end; the host's status once they are all up (with `status_tail`). Refused
+    (`port_taken`) when one of `verify_ports`, chosen by the check, was taken since; with its
+    tasks up, the host drops the port leases of `lease_token`."""
     args: dict[str, Any] = {"workdir": workdir, "run_id": run_id, "launch": list(launch),
-                            "wait": list(wait), "timeout_s": timeout_s, "status": status_tail}
+                            "wait": list(wait), "timeout_s": timeout_s, "status": status_tail,
+                            "verify_ports": list(verify_ports), "lease_token": lease_token}
     if manifest is not None:
         args.update(manifest=dict(manifest), setup_log=setup_log)
     a = agentclient.call(t, "up_go", args, timeout_s=timeout_s + 45)

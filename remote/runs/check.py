@@ -60,9 +60,9 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
                                             inv.job.keras):
             reports[name].add(level, text)
     reachable = [n for n in probes.succeeded]
-    busy = _check_ports(fleet, plan, reachable, reports)
+    busy, now = _check_ports(fleet, plan, reachable, reports)
     _check_gpus_free(fleet, plan, reachable, reports)
-    _check_peers(fleet, plan, reachable, busy, reports)
+    _check_peers(fleet, now, reachable, busy, reports)
     return [reports[h.name] for h in inv.hosts]
 
 
@@ -121,20 +121,40 @@ def _task_ports(plan: Plan, host: str) -> list[int]:
 
 
 def _check_ports(fleet: Fleet, plan: Plan, hosts: list[str],
-                 reports: dict[str, HostReport]) -> dict[str, set[int]]:
-    answers = fleet.map(lambda t: agentops.ports(t, _task_ports(plan, t.host.name)), hosts)
+                 reports: dict[str, HostReport]) -> tuple[dict[str, set[int]], Plan]:
+    """The written ports: busy is a failure. The others: which free ports `up` would take now
+    (runs/ports.py). Also the plan with those, for the peers' check."""
+    from tfctl.remote.runs.ports import NoFreePort, ask, chosen_plan, fixed_ports
+
+    def look(t: Any) -> tuple[list[agentops.PortState], agentops.Raw | None]:
+        wanted = ask(plan, t.host.name, None)
+        return (agentops.ports(t, fixed_ports(plan, t.host.name)),
+                None if wanted is None else agentops.choose_ports(t, wanted))
+
+    answers = fleet.map(look, hosts)
     busy: dict[str, set[int]] = {h: set() for h in hosts}
-    for name, result in answers.succeeded.items():
+    low, high = plan.inventory.job.ports.free_range
+    found: dict[str, agentops.Raw] = {}
+    for name, (result, chosen) in answers.succeeded.items():
         for state in result:
             if state.free:
                 continue
             busy[name].add(state.port)
             reports[name].add("fail", f"port {state.port} is busy: {describe_holder(state.raw)}")
-        if not busy[name]:
-            reports[name].add("ok", f"task ports {_task_ports(plan, name)} free")
+        if not busy[name] and fixed_ports(plan, name):
+            reports[name].add("ok", f"task ports {fixed_ports(plan, name)} free")
+        if chosen is None:
+            continue
+        if chosen.get("short"):
+            reports[name].add("fail", NoFreePort(name, list(chosen["short"]), low, high).what)
+            continue
+        found[name] = chosen
+        taken = ", ".join(f"{t} {p}" for t, p in chosen["chosen"].items())
+        reports[name].add("ok", f"ports chosen at up from {low}-{high}; free now: {taken}")
+    now = chosen_plan(plan, found)
     for name, exc in answers.failed.items():
         reports[name].add("fail", str(exc))
-    return busy
+    return busy, now
 
 
 def _check_gpus_free(fleet: Fleet, plan: Plan, hosts: list[str],

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tfctl.remote.connect.tunnel import Tunnel
     from tfctl.remote.engines.slurm_run import SlurmRun
     from tfctl.remote.history.listing import RunSummary
+    from tfctl.remote.lab.view import HostLab
     from tfctl.remote.runs.gpuwatch import GpuWatch
     from tfctl.remote.runs.relaunch import RestartResult
 
@@ -417,6 +418,13 @@ class RunController:
         from tfctl.remote.history.listing import list_runs
 
         return list_runs(self.fleet)[0]
+
+    def lab(self) -> list[HostLab]:
+        """Every GPU of every host: free, reserved, or held and by whom (`tfctl lab`; the
+        dashboard's `L`), one agent request per host."""
+        from tfctl.remote.lab.ops import read_lab
+
+        return read_lab(self.fleet)
 
     def close(self) -> None:
         self.fleet.close()

@@ -28,6 +28,7 @@ from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.endrule import end_rule
 from tfctl.remote.runs.failure import explain
+from tfctl.remote.runs.ports import ask, chosen_plan, fixed_ports
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -87,7 +88,9 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
     everything back.
     """
     hosts = plan.hosts_used
-    raise_first(fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts), "preflight")
+    preflight = fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts)
+    raise_first(preflight, "preflight")
+    plan = chosen_plan(plan, preflight.succeeded)  # the ports chosen where none is written
     started: list[Started] = []
     try:
         raise_first(fleet.map(lambda t: _prepare(t, plan, run_id, start_timeout_s), hosts),
@@ -120,8 +123,12 @@ def rolled_back(fleet: Fleet, plan: Plan, run_id: str, exc: BaseException,
     return exc
 
 
-def _preflight(host: str, t: Any, plan: Plan) -> None:
-    judge_ports(host, agentops.ports(t, task_ports(plan, host)), plan)
+def _preflight(host: str, t: Any, plan: Plan) -> agentops.Raw | None:
+    """The written ports judged; the ports the host chose for the others (None: none asked;
+    no lease: this path checks and starts one host after the other's answer)."""
+    judge_ports(host, agentops.ports(t, fixed_ports(plan, host)), plan)
+    wanted = ask(plan, host, None)
+    return None if wanted is None else agentops.choose_ports(t, wanted)
 
 
 def task_ports(plan: Plan, host: str) -> list[int]:

@@ -7,7 +7,8 @@ read and the setup log's copy (a shell). Here a host gets two agent requests on 
 (the host side is remote/agent/up.py), and a third that nobody waits for:
 
 1. `up_check`: the sync's digests compared, the setup cache looked up, nvidia-smi read, the task
-   ports checked. It starts nothing.
+   ports checked, and free ports chosen for the tasks whose port the inventory does not write
+   (`ports.py`; the plan is made again with them once every host answered). It starts nothing.
 2. `up_go`, once every host's check is in and judged: prepare the run, start the host's tasks,
    wait (on the host, cheaply) until they listen or die, and answer with the host's status.
 3. the mark that the whole run is up, for the hosts' watchers: posted, not waited for.
@@ -59,8 +60,8 @@ from tfctl.remote.runs.launch import (
     new_run_id,
     raise_first,
     rolled_back,
-    task_ports,
 )
+from tfctl.remote.runs.ports import ask, chosen_plan, chosen_ports, fixed_ports, moved, new_token
 from tfctl.remote.runs.setup import SetupOutcome, commands_digest, run_setup, setup_errors
 from tfctl.remote.runs.status import RunStatus, status_from
 from tfctl.remote.runs.steps import SyncFailed, UpHooks, judge_busy
@@ -103,9 +104,10 @@ def up_in_two_trips(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options:
     if do_sync and not os.path.isdir(source):
         return None
     hosts = [h.name for h in inv.hosts]
+    token = new_token()  # this `up`'s lease on the ports its checks choose
     with ThreadPoolExecutor(max_workers=1) as pool:  # listed while the fleet connects
         listing = pool.submit(source_listing, source, inv) if do_sync else None
-        checked = _check(fleet, plan, hosts, listing, setup=True)
+        checked = _check(fleet, plan, hosts, listing, setup=True, token=token)
     listed = None if listing is None else listing.result()
     if checked.failed or (listed is not None and listed.entries is None):
         return None
@@ -114,7 +116,7 @@ def up_in_two_trips(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options:
     setup_logs, ran = _setup(fleet, checks, again, say, hooks)
     recheck = [h for h in plan.hosts_used if h in again | ran]
     if recheck:  # their GPUs and ports as they are after their sync and setup
-        redone = _check(fleet, plan, recheck, None, setup=False)
+        redone = _check(fleet, plan, recheck, None, setup=False, token=token)
         raise_first(FleetResult({}, redone.failed), "check")
         checks.update(redone.succeeded)
     _judge_gpus(fleet, plan, checks, options.force, say)
@@ -123,9 +125,12 @@ def up_in_two_trips(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options:
     hooks.run_started(run_id)
     for host in plan.hosts_used:  # a live run's tasks hold their ports; prepare refuses it too
         judge_ports(host, checks[host].ports, plan)
+    planned, plan = plan, chosen_plan(plan, {h: checks[h].chosen for h in plan.hosts_used})
+    if moved(planned, plan):
+        say(f"ports taken elsewhere, chosen free: {', '.join(moved(planned, plan))}")
     try:
         status = _start(fleet, plan, run_id, say, options.ps_first, options.start_timeout_s,
-                        setup_logs)
+                        setup_logs, token)
     except BaseException as exc:
         raise rolled_back(fleet, plan, run_id, exc, say) from None
     for host in plan.hosts_used:
@@ -136,7 +141,8 @@ def up_in_two_trips(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options:
 
 
 def _check(fleet: Fleet, plan: Plan, hosts: Sequence[str],
-           listing: Future[SourceListing] | None, setup: bool) -> FleetResult[UpCheck]:
+           listing: Future[SourceListing] | None, setup: bool,
+           token: str | None = None) -> FleetResult[UpCheck]:
     job = fleet.inventory.job
     asked = {"digest": commands_digest(job.setup), "inputs": list(job.setup_inputs)} \
         if setup and job.setup else None
@@ -152,7 +158,8 @@ def _check(fleet: Fleet, plan: Plan, hosts: Sequence[str],
         script = _nvsmi_script() if tokens.get(name) else None
         return agentops.up_check(t, t.host.workdir, entries=entries, setup=asked,
                                  gpus_script=script,
-                                 port_numbers=task_ports(plan, name) if used else ())
+                                 port_numbers=fixed_ports(plan, name) if used else (),
+                                 choose=ask(plan, name, token) if used else None)
 
     return fleet.map(check, hosts)
 
@@ -241,7 +248,7 @@ def _nvsmi_script() -> str:
 
 
 def _start(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
-           timeout_s: float, setup_logs: Mapping[str, str]) -> RunStatus:
+           timeout_s: float, setup_logs: Mapping[str, str], token: str) -> RunStatus:
     """Every task started, phase by phase, each host answering once its own are up."""
     phases = PHASES if ps_first else (tuple(t for p in PHASES for t in p),)
     hosts = list(plan.hosts_used)
@@ -264,7 +271,8 @@ def _start(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
             host = t.host.name
             manifest = host_manifest(plan, host, run_id, timeout_s) if first else None
             return _go_host(t, run_id, by_host[host], manifest, setup_logs.get(host),
-                            timeout_s, final, cancel)
+                            timeout_s, final, cancel,
+                            chosen_ports(plan, host) if first else [], token if final else None)
 
         result = interruptible(lambda: fleet.map(go, hosts), cancel)
         raise_first(result, "start")
@@ -279,10 +287,13 @@ def _start(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
 
 def _go_host(t: Any, run_id: str, names: list[str], manifest: Mapping[str, Any] | None,
              setup_log: str | None, timeout_s: float, final: bool,
-             cancel: threading.Event) -> StatusAnswer | None:
+             cancel: threading.Event, verify: list[int],
+             token: str | None) -> StatusAnswer | None:
     """One host's phase: prepare (with `manifest`), start `names`, and wait in rounds of at most
     WAIT_ROUND_S until each listens or ended, or the time is up; stops early (as a failure) once
-    `cancel` is set. Its status when `final` and every task is up (else None)."""
+    `cancel` is set. Its status when `final` and every task is up (else None). `verify`: the
+    ports its check chose, refused if taken since (then nothing starts there); `token`: the
+    leases the host drops once its tasks are up."""
     host = t.host
     deadline = time.monotonic() + timeout_s
     launch, pending, done = list(names), list(names), {}
@@ -295,13 +306,16 @@ def _go_host(t: Any, run_id: str, names: list[str], manifest: Mapping[str, Any] 
             answer = agentops.up_go(t, host.workdir, run_id, manifest=manifest,
                                     setup_log=setup_log, launch=launch, wait=pending,
                                     timeout_s=min(left, WAIT_ROUND_S),
-                                    status_tail=1 if final else None)
+                                    status_tail=1 if final else None, verify_ports=verify,
+                                    lease_token=token)
         except RemoteError as exc:
             if exc.kind == "run_live":
                 raise LaunchFailed(host.name, f"run {exc.data.get('run_id', '?')} is still "
                                               "live there: run `tfctl down` first") from None
+            if exc.kind == "port_taken":
+                raise LaunchFailed(host.name, f"{exc.what}: run `tfctl up` again") from None
             raise
-        manifest, launch = None, []
+        manifest, launch, verify = None, [], []
         done.update({n: s for n, s in answer.waited.items() if last or s.state != "timeout"})
         pending = [n for n in pending if n not in done]
         if not pending:

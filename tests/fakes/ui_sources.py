@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
@@ -20,6 +21,7 @@ from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
 from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.history.listing import RunSummary
+from tfctl.remote.lab.view import HostLab, host_lab
 from tfctl.remote.runs.controller import DownSummary, UpOptions
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.logs import LogBatch
@@ -248,8 +250,60 @@ class FakeController:
                 RunSummary("2026-11-21-1800", started_at=1795420000.0, finished_at=1795423600.0,
                            ended="exit 1: chief:0 ended", exit_code=1)]
 
+    def lab(self) -> list[HostLab]:
+        """The seeds' box: titan's GPU 0 held by alice's run, 1 reserved by bob, 2 held by
+        carol's forgotten notebook for 40 min at 0 %, 3 free with a stale claim; gtx970 free;
+        old-box without nvidia-smi."""
+        self._record("lab")
+        return [host_lab(name, answer, idle_after_s=600) for name, answer in lab_answers()]
+
     def close(self) -> None:
         self._record("close")
+
+
+def lab_answers() -> list[tuple[str, dict[str, Any]]]:
+    """Each host's `lab` answer (remote/agent/lab.py), fixed at FIXED_WALL_S."""
+    now = FIXED_WALL_S
+
+    def claim(user: str, uid: int, kind: str, **extra: object) -> dict[str, object]:
+        return {"file": f"{user}.{kind}.x.json", "uid": uid, "user": user, "kind": kind,
+                "state": "live", "gpus": [], "tasks": [], "since": now - 5400, "until": None,
+                "run_id": None, "job": None, "note": None, **extra}
+
+    def gpu(index: int, used: float, util: float, name: str = "NVIDIA TITAN X (Pascal)",
+            total: float = 12288.0) -> dict[str, object]:
+        return {"index": index, "uuid": f"GPU-{index}", "name": name, "memory_used_mib": used,
+                "memory_total_mib": total, "utilization_pct": util}
+
+    titan: dict[str, Any] = {
+        "me": {"uid": 1002, "user": "bob"}, "error": None,
+        "claims": [claim("alice", 1001, "run", run_id="2026-11-25-0900", job="mnist",
+                         gpus=[0], tasks=[{"name": "worker:0", "gpus": [0], "pid": 4242,
+                                           "pgid": 4240}]),
+                   claim("bob", 1002, "reservation", gpus=[1], since=now - 600,
+                         until=now + 3 * 86400, note="ICML runs"),
+                   claim("alice", 1001, "run", state="stale", run_id="2026-11-24-2200",
+                         gpus=[3], tasks=[{"name": "worker:1", "gpus": [3], "pid": 77,
+                                           "pgid": 77}])],
+        "warnings": [],
+        "gpus": [gpu(0, 9800, 97), gpu(1, 5, 0), gpu(2, 11000, 0), gpu(3, 5, 0)],
+        "apps": [{"gpu_uuid": "GPU-0", "pid": 4242, "used_memory_mib": 9795.0},
+                 {"gpu_uuid": "GPU-2", "pid": 3131, "used_memory_mib": 10995.0}],
+        "procs": {"4242": {"pid": 4242, "uid": 1001, "user": "alice", "pgid": 4240,
+                           "cmdline": "python train.py", "since": now - 5300},
+                  "3131": {"pid": 3131, "uid": 1003, "user": "carol", "pgid": 3131,
+                           "cmdline": "python -m ipykernel_launcher", "since": now - 86400}},
+        "idle": {"sampled_at": now, "watching_since": now - 7200, "sample_s": 10.0,
+                 "low_since": {"2": {"3131": now - 2400}}}}
+    bob = {"uid": 1002, "user": "bob"}
+    gtx970: dict[str, Any] = {
+        "me": bob, "error": None, "claims": [], "warnings": [], "apps": [], "procs": {},
+        "gpus": [gpu(0, 5, 0, "NVIDIA GeForce GTX 970", 4096.0)],
+        "idle": {"sampled_at": None, "low_since": {}}}
+    old_box: dict[str, Any] = {
+        "me": bob, "error": "no nvidia-smi on the PATH there", "claims": [], "warnings": [],
+        "gpus": [], "apps": [], "procs": {}, "idle": {}}
+    return [("titan", titan), ("gtx970", gtx970), ("old-box", old_box)]
 
 
 def failing_sync(host: str = "gtx970") -> CommandFailed:

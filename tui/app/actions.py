@@ -61,6 +61,12 @@ class KeyActions(App[None]):
 
         self.push_screen(RunsScreen(self.controller.runs, self.reporter, self.opener))
 
+    def action_lab(self) -> None:
+        """Every GPU of every host: free, reserved, or held and by whom (`tfctl lab`)."""
+        from tfctl.tui.app.labview import LabScreen
+
+        self.push_screen(LabScreen(self.controller.lab))
+
     def action_up(self) -> None:
         self.act("up", "Up", self.workers_.do_up)
 

@@ -63,6 +63,7 @@ class TfctlApp(KeyActions):
         Binding("t", "tunnel", "tunnel"),
         Binding("x", "shell", "shell", show=False),
         Binding("h", "history", "runs", show=False),
+        Binding("L", "lab", "lab", show=False),
         Binding("l", "view('logs')", "logs"),
         Binding("g", "view('tasks')", "gpus"),
         Binding("F", "view('findings')", "findings", show=False),

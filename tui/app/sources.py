@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
     from tfctl.inventory.plan import Plan
     from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+    from tfctl.remote.lab.view import HostLab
     from tfctl.remote.runs.controller import DownSummary, UpOptions
     from tfctl.remote.runs.current import CurrentRun
     from tfctl.remote.runs.relaunch import RestartResult
@@ -87,6 +88,8 @@ class RunControl(Protocol):
     def restart(self, target: str, wait_s: float | None = None) -> RestartResult: ...
 
     def runs(self) -> Sequence[RunSummaryLike]: ...
+
+    def lab(self) -> Sequence[HostLab]: ...
 
     def close(self) -> None: ...
 

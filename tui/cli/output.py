@@ -200,6 +200,16 @@ def plan_table(plan: Plan) -> None:
             else t.cuda_visible_devices
         table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, Text(t.command))
     out.print(table)
+    chosen = [k for k in ("ps", "worker", "chief")
+              if any(t.type == k and t.port_chosen_at_up for t in plan.tasks)]
+    if chosen:
+        low, high = inv.job.ports.free_range
+        out.print(f"ports of {', '.join(chosen)} are chosen at up from {low}-{high}: each task "
+                  "keeps the port shown where it is free on its host, else takes a free one "
+                  "(job.ports fixes them)", soft_wrap=True)
+    for host, wanted in free.items():
+        out.print(f"{host}: {wanted.words()} (one worker each); `tfctl plan --now` shows "
+                  "which they would be now", soft_wrap=True)
     for w in plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
 
