@@ -207,9 +207,6 @@ def plan_table(plan: Plan) -> None:
         out.print(f"ports of {', '.join(chosen)} are chosen at up from {low}-{high}: each task "
                   "keeps the port shown where it is free on its host, else takes a free one "
                   "(job.ports fixes them)", soft_wrap=True)
-    for host, wanted in free.items():
-        out.print(f"{host}: {wanted.words()} (one worker each); `tfctl plan --now` shows "
-                  "which they would be now", soft_wrap=True)
     for w in plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
 
