@@ -28,7 +28,9 @@ workers of a ParameterServer job, which only serve), gives the other workers and
 `WORKER_GRACE_S` to finish on their own, stops TensorBoard after its grace unless it is kept,
 records why in `finished.json` (unless the client already did), and exits once nothing of the
 run is left on the host. It also exits when every task of the host has ended otherwise
-(`tfctl down`).
+(`tfctl down`). Where the manifest asks for word of the end (`job.notify`, on the chief's host
+only), it starts the notifier (`notify.py`) as soon as the end is judged, and on a `down` of a
+run that was up (a rollback is the `up`'s own failure, said at its terminal).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
+from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
 from tfctl.remote.agent.run import (
@@ -95,14 +98,18 @@ def watch_run(run_dir: str, run_id: str) -> int:
     speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
                            recorder.started)
     recorder.start()
+    stopped = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed)
         if cause is not None:
             code = decider_exit_code(run_dir, manifest)
             events.write({"event": "end", "cause": cause, "exit_code": code})
+            start_notifier(run_dir, manifest, "finished" if code == 0 else "failed", cause, code)
             apply_end(run_dir, run_id, manifest, cause, code)
+        else:
+            stopped = True
     except StopWatching:
-        pass  # a whole-run stop (`tfctl down`): its tasks are ended; keep the last records
+        stopped = True  # a whole-run stop (`tfctl down`): its tasks are ended; keep the records
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the last records are written whole
         events.tick()
@@ -110,6 +117,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
         recorder.stop()
         clear_silence(run_dir)
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
+        if stopped and os.path.exists(os.path.join(run_dir, UP_MARK)):  # not a rollback
+            start_notifier(run_dir, manifest, "stopped", "stopped by `tfctl down`", None)
     return 0
 
 

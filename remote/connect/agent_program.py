@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 AGENT_FILES = ("wire.py", "proc.py", "run.py", "state.py", "sync.py", "wait.py", "tfprobe.py",
-               "freeports.py",
+               "freeports.py", "notify.py",
                "nvfields.py", "speed.py", "disk.py", "record.py", "claims.py", "watch.py", "main.py",
                "up.py", "boot.py", "lost.py", "lab.py")
 # Imported only for building the program or for annotations (strings under `from __future__

@@ -26,7 +26,7 @@ from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.check import describe_holder
-from tfctl.remote.runs.endrule import end_rule
+from tfctl.remote.runs.endrule import deciders, end_rule
 from tfctl.remote.runs.failure import explain
 from tfctl.remote.runs.ports import ask, chosen_plan, fixed_ports
 
@@ -155,8 +155,19 @@ def host_manifest(plan: Plan, host: str, run_id: str, start_timeout_s: float
     return {"run_id": run_id, "inventory": plan.inventory.name, "host": host,
             "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
             "throughput_patterns": list(plan.inventory.job.throughput),
-            "end": end_rule(plan, start_timeout_s),
+            "end": end_rule(plan, start_timeout_s), "notify": notify_ask(plan, host),
             "tasks": [task_manifest(x, plan) for x in plan.on_host(host)]}
+
+
+def notify_ask(plan: Plan, host: str) -> dict[str, str | None] | None:
+    """`job.notify` for the host that sends it (agent notify.py): the host of the first task
+    whose end is the job's (the chief, else worker 0), whose watcher knows its exit status."""
+    notify = plan.inventory.job.notify
+    if notify is None:
+        return None
+    decide, _mode = deciders(plan)
+    sender = decide[0].host if decide else plan.hosts_used[0]
+    return {"command": notify.command, "webhook": notify.webhook} if host == sender else None
 
 
 def _prepare(t: Any, plan: Plan, run_id: str, start_timeout_s: float) -> None:
