@@ -236,22 +236,48 @@ def _refuse_busy(exc: GpusBusy, as_json: bool = False) -> None:
 
 @click.command()
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--notify", "notify_urls", metavar="URL", multiple=True,
+              help="When it comes back, send word to URL through apprise (ntfys://TOPIC, "
+                   "slack://..., mailto://..., json://HOST/PATH; repeatable). Word that needs "
+                   "no client waiting: job.notify (README: Word when a run ends).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def wait(ctx: click.Context, timeout: float | None, as_json: bool) -> None:
+def wait(ctx: click.Context, timeout: float | None, notify_urls: tuple[str, ...],
+         as_json: bool) -> None:
     """Block until the current job ends; stop its parameter servers; exit with its status.
 
     \b
     Example:
       tfctl up && tfctl wait; echo "job exit status $?"
       tfctl wait --json | jq .exit_code
+      tfctl wait --notify ntfys://my-lab-runs
     """
+    if notify_urls:
+        from tfctl.tui.cli.notice import bad_urls
+
+        unread = bad_urls(notify_urls)
+        if unread:
+            raise click.BadParameter(f"{unread[0]} is not a URL apprise can send to (see "
+                                     "https://github.com/caronc/apprise#supported-notifications)",
+                                     ctx=ctx, param_hint="'--notify'")
     with _controller(ctx) as controller, _one_line_errors(as_json):
-        if not as_json:
-            sys.exit(_wait(controller, timeout))
         code, data = _wait_json(controller, timeout)
-        print_json(data)
+        if as_json:
+            print_json(data)
+        if notify_urls:
+            _notify(notify_urls, data, timeout)
         sys.exit(code)
+
+
+def _notify(urls: tuple[str, ...], data: dict[str, Any], timeout: float | None) -> None:
+    """`wait --notify`: the word sent; a URL it could not reach is said, never fatal."""
+    from tfctl.tui.cli.notice import send, words
+
+    title, body = words(data["run_id"], data["exit_code"], data["fatal"], data["stopped"],
+                        data["timed_out"], timeout)
+    failed = data["run_id"] is None or data["timed_out"] or data["exit_code"] != 0
+    for url in send(urls, title, body, failed):
+        say(f"could not send word to {url.split('://', 1)[0]}://… (apprise)")
 
 
 def _wait(controller: RunController, timeout: float | None = None) -> int:
