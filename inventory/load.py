@@ -153,7 +153,8 @@ def _unknown_key_hint(loc: PathKey, err: Mapping[str, Any]) -> str:
 
 
 _EXAMPLES = {
-    "gpus": "write a count (`gpus: 4`), a list of indices (`gpus: [0, 2]`) or 0 for CPU only",
+    "gpus": "write a count (`gpus: 4`), a list of indices (`gpus: [0, 2]`), `free` or "
+            "`{free: 2}` (GPUs nobody holds, chosen at up), or 0 for CPU only",
     "port": "write a number, e.g. `port: 22`",
     "ps": "write how many parameter servers run on this host, e.g. `ps: 1` (0 allowed)",
     "env": 'write a mapping of strings, e.g. `env: {TF_CPP_MIN_LOG_LEVEL: "1"}`',
@@ -262,7 +263,8 @@ class _Resolver:
 
     def _host(self, i: int, h: schema.HostSpec) -> model.Host:
         d = self.spec.defaults
-        gpus = self._gpus(i, h.gpus)
+        free = self._free_gpus(h.gpus)
+        gpus = self._gpus(i, h.gpus) if free is None else tuple(range(free.count or 1))
 
         def pick(key: str) -> Any:
             value = getattr(h, key)
@@ -280,11 +282,22 @@ class _Resolver:
             jump=pick("jump"), workdir=workdir, python=pick("python") or "python3", env=env,
             gpus=gpus, ps=strategy.host_ps(i, h, self.spec.job.strategy, self.error),
             args=tuple(h.args), cpu_workers=h.cpu_workers, transport=transport,
-            shared_fs=h.shared_fs, cluster_address=h.cluster_address,
+            shared_fs=h.shared_fs, cluster_address=h.cluster_address, free_gpus=free,
             line=self.lines.get(("hosts", i), 0),
         )
 
-    def _gpus(self, i: int, value: int | list[int]) -> tuple[int, ...]:
+    @staticmethod
+    def _free_gpus(value: object) -> model.FreeGpus | None:
+        """`gpus: free` or `{free: N}`; the plan's stand-in GPUs are 0..N-1 (one for `free`)
+        until `up` takes real ones (model.Host.free_gpus)."""
+        if value == "free":
+            return model.FreeGpus(None)
+        if isinstance(value, schema.FreeGpusSpec):
+            return model.FreeGpus(value.free)
+        return None
+
+    def _gpus(self, i: int, value: object) -> tuple[int, ...]:
+        assert isinstance(value, (int, list))
         if isinstance(value, int):
             return tuple(range(value))
         seen: set[int] = set()

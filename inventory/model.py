@@ -67,8 +67,25 @@ class Host:
     """The name or IP the other hosts reach it by, written where that is not what this client's
     ssh reaches (a second NIC, a host behind a jump host); None: `address` as the ssh config
     resolves it (its HostName), which is what the plan's cluster spec names."""
+    free_gpus: FreeGpus | None = None
+    """`gpus: free` / `{free: N}`: `gpus` is a stand-in until `up` takes the GPUs nobody holds
+    or reserved (remote/lab/place.py); None: `gpus` is what the file wrote."""
     line: int = 0
     """Line of this host's entry in the inventory file, for messages."""
+
+
+@dataclass(frozen=True)
+class FreeGpus:
+    """GPUs chosen at `up` among those nobody holds (a compute process, a live run's claim) or
+    reserved (another user's reservation; one's own counts as free)."""
+
+    count: int | None
+    """How many to take; None: every such GPU there is (at least one)."""
+
+    def words(self) -> str:
+        """`free GPUs, chosen at up` or `2 free GPUs, chosen at up`."""
+        return "free GPUs, chosen at up" if self.count is None else \
+            f"{self.count} free GPU{'s' if self.count != 1 else ''}, chosen at up"
 
 
 @dataclass(frozen=True)

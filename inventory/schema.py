@@ -75,11 +75,18 @@ def _is_ipv6(value: str) -> bool:
     return True
 
 
+class FreeGpusSpec(_Strict):
+    """`gpus: {free: 2}`: that many of the host's GPUs nobody holds or reserved, chosen at up."""
+
+    free: int = Field(ge=1, le=64)
+
+
 class HostSpec(SshSpec):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     # Never starting with `-`: an address must not be readable as an ssh/rsync option.
     address: str | None = Field(default=None, min_length=1, pattern=r"^[^-\s][^\s]*$")
-    gpus: int | list[int] = 0
+    # A count, indices, or `free` / `{free: N}`: the GPUs nobody holds, chosen at `up`.
+    gpus: int | list[int] | Literal["free"] | FreeGpusSpec = 0
     # None: the strategy's default (0 for multi_worker_mirrored and mirrored, else 1).
     ps: int | None = Field(default=None, ge=0, le=64)
     # Appended to job.args for this host's ps, workers and chief (e.g. a smaller batch here).
@@ -99,7 +106,8 @@ class HostSpec(SshSpec):
 
     @field_validator("gpus")
     @classmethod
-    def _gpus(cls, value: int | list[int]) -> int | list[int]:
+    def _gpus(cls, value: int | list[int] | str | FreeGpusSpec
+              ) -> int | list[int] | str | FreeGpusSpec:
         if isinstance(value, int) and not 0 <= value <= 64:
             raise ValueError("a GPU count is a number from 0 to 64")
         if isinstance(value, list) and any(i < 0 for i in value):

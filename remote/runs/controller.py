@@ -123,6 +123,8 @@ class RunController:
         """The read that ended the last `up` (every task verified started)."""
         self._slurm_run: SlurmRun | None = None
         self._slurm_read = False
+        self.gpus_taken: dict[str, tuple[int, ...]] = {}
+        """The GPUs `up` took on `gpus: free` hosts (remote/lab/place.py)."""
 
     @property
     def plan(self) -> Plan:
@@ -268,15 +270,22 @@ class RunController:
            hooks: UpHooks | None = None) -> str:
         """Sync, setup (cached), the busy-GPU check, start every task, remember the run.
 
-        Raises `SyncFailed`, `SetupFailed` (or the host's connection error) or `GpusBusy` with
-        nothing started; a launch failure (`LaunchFailed`) or Ctrl-C (`launch.Interrupted`) is
-        raised after everything this run started was stopped again. `on_event` gets one line per
-        step (warnings start with `WARNING`); `hooks` get the steps' results (the CLI prints
-        per-host summaries from them) and the run id before any task starts.
+        `gpus: free` hosts first take the GPUs free now (`gpus_taken`; `NoFreeGpus` when too
+        few are). Raises `SyncFailed`, `SetupFailed` (or the host's connection error) or
+        `GpusBusy` with nothing started; a launch failure (`LaunchFailed`) or Ctrl-C
+        (`launch.Interrupted`) is raised after everything this run started was stopped again.
+        `on_event` gets one line per step (warnings start with `WARNING`); `hooks` get the steps'
+        results (the CLI prints per-host summaries from them) and the run id before any task
+        starts.
         """
         say: Say = on_event or (lambda _text: None)
         hooks = hooks or NoHooks()
         self.starting_run_id = None
+        if any(h.free_gpus is not None for h in self.inventory.hosts):  # `gpus: free`
+            from tfctl.remote.lab.place import place_free
+
+            self.inventory, self.gpus_taken = place_free(self.fleet, self.inventory, say)
+            self._plan = None
         for w in self.plan.warnings:
             say(WARNING + w)
         from tfctl.remote.runs.onetrip import up_in_two_trips  # two requests per host

@@ -195,9 +195,10 @@ def plan_table(plan: Plan) -> None:
     table = Table(show_edge=False, pad_edge=False)
     for col in ("task", "host", "address", "port", "mask", "command"):
         table.add_column(col, overflow="fold")
+    free = {h.name: h.free_gpus for h in inv.hosts if h.free_gpus is not None}
     for t in plan.tasks:
         mask = repr(t.cuda_visible_devices) if t.cuda_visible_devices == "" \
-            else t.cuda_visible_devices
+            else "free" if t.host in free else t.cuda_visible_devices
         table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, Text(t.command))
     out.print(table)
     chosen = [k for k in ("ps", "worker", "chief")
@@ -207,6 +208,9 @@ def plan_table(plan: Plan) -> None:
         out.print(f"ports of {', '.join(chosen)} are chosen at up from {low}-{high}: each task "
                   "keeps the port shown where it is free on its host, else takes a free one "
                   "(job.ports fixes them)", soft_wrap=True)
+    for host, wanted in free.items():
+        out.print(f"{host}: {wanted.words()} (one worker each); `tfctl plan --now` shows "
+                  "which they would be now", soft_wrap=True)
     for w in plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
 

@@ -3,36 +3,80 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tfctl.tui.cli.context import obj
 
+if TYPE_CHECKING:
+    from tfctl.inventory.model import Inventory
+
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (tasks + cluster).")
+@click.option("--now", is_flag=True, help="Ask the `gpus: free` hosts which GPUs `up` would "
+              "take now (one request to each of those hosts; no other host is contacted).")
 @click.pass_context
-def plan(ctx: click.Context, as_json: bool) -> None:
+def plan(ctx: click.Context, as_json: bool, now: bool) -> None:
     """Show every task of the job: host, port, GPU mask, env and exact command.
 
     The cluster spec names each host as the other hosts reach it: its `cluster_address`, else
-    the HostName its ssh config gives an alias (nothing is contacted).
+    the HostName its ssh config gives an alias (nothing is contacted). A host written
+    `gpus: free` shows `free`: its GPUs are chosen at `up`; `--now` asks it which they would be.
 
     \b
     Example:
       tfctl -i examples/two-hosts.yaml plan
       tfctl -i examples/two-hosts.yaml plan --json | jq '.tasks[].command'
+      tfctl plan --now --json | jq .free_gpus     # the GPUs `gpus: free` would take now
     """
     from tfctl.inventory.plan import make_plan
     from tfctl.remote.connect.clusteraddr import cluster_address
 
-    p = make_plan(obj(ctx).load(), reach=cluster_address)  # ssh aliases as the hosts know them
+    inv = obj(ctx).load()
+    free: dict[str, dict[str, Any]] = {
+        h.name: {"count": h.free_gpus.count, "now": None, "taken": [], "error": None}
+        for h in inv.hosts if h.free_gpus is not None}
+    if now and free:
+        inv = _free_now(ctx, inv, free)
+    p = make_plan(inv, reach=cluster_address)  # ssh aliases as the hosts know them
     if as_json:
-        click.echo(json.dumps(p.to_json(), indent=2))
+        data = p.to_json()
+        data["free_gpus"] = free
+        click.echo(json.dumps(data, indent=2))
         return
     from tfctl.tui.cli.output import plan_table
 
     plan_table(p)
+    for host, found in free.items():
+        if now:
+            taken = "; ".join(found["taken"])
+            gpus = found["now"]
+            said = (f"GPUs {', '.join(map(str, gpus))} free now" if gpus
+                    else f"too few free GPUs now ({found['error'] or 'all taken'})")
+            click.echo(f"{host}: {said}" + (f"; {taken}" if taken else ""))
+
+
+def _free_now(ctx: click.Context, inv: Inventory, free: dict[str, dict[str, Any]]
+              ) -> Inventory:
+    """The inventory on the GPUs its `gpus: free` hosts would take now; `free` filled in."""
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.lab.place import choose, placed, read_free
+
+    with Fleet(inv, obj(ctx).ssh_options()) as fleet:
+        found = read_free(fleet, list(free))
+    chosen = {}
+    for host, seen in found.items():
+        wanted = inv.host(host).free_gpus
+        assert wanted is not None
+        took = choose(wanted, seen)
+        free[host].update(now=None if took is None else list(took), taken=list(seen.taken),
+                          error=seen.error or (None if took else
+                                               f"free: {list(seen.free)}"))
+        if took is not None:
+            chosen[host] = took
+    return placed(inv, chosen)
 
 
 @click.group()
