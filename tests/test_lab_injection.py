@@ -233,9 +233,18 @@ hosts:
 job:
   script: train.py
   chief: big
-  ports: {ps: 2222, worker: 2230}
+  ports: {ps: 2222, worker: 2230, chief: 2220}
   tensorboard: {host: named, port: 6006}
 """
+
+
+def test_firewall_rules_cover_the_range_where_ports_are_chosen_at_up() -> None:
+    text = FIREWALL_INVENTORY.replace("ports: {ps: 2222, worker: 2230, chief: 2220}",
+                                      "ports: {ps: 2222, worker: 2230}\n  port_range: 2240-2259")
+    rules = {r.host: r for r in firewall_rules(make_plan(parse_inventory(text, "c.yaml")))}
+    # the chief's port is not written: up may give it any port of the range on big
+    assert rules["big"].ports == (2220, 2222, 2223, 2224, *range(2230, 2260))
+    assert rules["six"].ports == (2222, 2230)  # every port there is written
 
 
 def test_firewall_rules_from_the_plan() -> None:

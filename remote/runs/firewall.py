@@ -37,9 +37,14 @@ class HostRules:
 
 
 def task_ports(plan: Plan, host: str) -> tuple[int, ...]:
-    """The TensorFlow gRPC ports `host` serves (ps, worker, chief), sorted."""
-    return tuple(sorted({t.port for t in plan.on_host(host)
-                         if t.type in CLUSTER_TYPES and t.port is not None}))
+    """The TensorFlow gRPC ports `host` serves (ps, worker, chief), sorted; where a port is
+    chosen at `up` (not written under `job.ports`), every port of `job.port_range` it may take."""
+    tasks = [t for t in plan.on_host(host) if t.type in CLUSTER_TYPES and t.port is not None]
+    ports = {t.port for t in tasks if t.port is not None}
+    if any(t.port_chosen_at_up for t in tasks):
+        low, high = plan.inventory.job.ports.free_range
+        ports.update(range(low, high + 1))
+    return tuple(sorted(ports))
 
 
 def peer_addresses(plan: Plan) -> tuple[str, ...]:
