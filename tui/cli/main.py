@@ -277,6 +277,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("tfctl.tui.cli.lab", "lab"),
     "reserve": ("tfctl.tui.cli.lab", "reserve"),
     "release": ("tfctl.tui.cli.lab", "release"),
+    "queue": ("tfctl.tui.cli.queue", "queue"),
     "ui": ("tfctl.tui.cli.ui", "ui"),
 }
 

@@ -133,11 +133,19 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
 @click.option("--on", "engine", type=click.Choice(["lab", "slurm"]), default="lab",
               show_default=True, help="The lab's hosts, or one Slurm job submitted as the "
               "inventory's `slurm:` says (README: When you outgrow the lab).")
+@click.option("--when-free", is_flag=True, help="Queue the job instead: it starts by itself "
+              "once every GPU its plan needs is free of other holders and reservations, after "
+              "the jobs queued before it for them (`tfctl queue`); the wait goes on after this "
+              "terminal closes, on this machine (README: A job that waits).")
+@click.option("--timeout", "when_free_timeout", metavar="D", default=None,
+              help="With --when-free: stop waiting after this long (`12h`, the default; `3d`, "
+                   "`90m`).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
        force: bool, ps_first: bool, all_at_once: bool, only: tuple[str, ...],
-       exclude: tuple[str, ...], engine: str, as_json: bool) -> None:
+       exclude: tuple[str, ...], engine: str, when_free: bool, when_free_timeout: str | None,
+       as_json: bool) -> None:
     """Sync, run job.setup (cached), check the GPUs are free, start every task at once.
 
     On any failure everything started is stopped again. GPUs in use by other processes, or
@@ -152,7 +160,15 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
       tfctl up --exclude h3            # h3 is down today
       tfctl up --json | jq -r .run_id
       tfctl up --on slurm --wait       # sbatch it to the cluster `slurm:` names
+      tfctl up --when-free --timeout 12h   # start once its GPUs are free; `tfctl queue`
     """
+    if when_free or when_free_timeout is not None:
+        _queue_up(ctx, when_free, when_free_timeout, wait_, force, engine, as_json,
+                  ["--no-sync"] * no_sync + ["--start-timeout", f"{start_timeout:g}"]
+                  + ["--setup"] * force_setup + ["--ps-first"] * ps_first
+                  + [a for h in only for a in ("--only", h)]
+                  + [a for h in exclude for a in ("--exclude", h)], only, exclude)
+        return
     from tfctl.remote.errors import GpusBusy, RemoteError
     from tfctl.remote.runs.controller import RunController, UpOptions
     options = UpOptions(sync=not no_sync, force_setup=force_setup, force=force,
@@ -195,11 +211,32 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
                 sys.exit(_wait(controller))
             return
         data = _up_json(controller.up_status, chosen)
+        data["gpus_taken"] = {h: list(g) for h, g in controller.gpus_taken.items()}
         code = 0
         if wait_:
             code, data["wait"] = _wait_json(controller)
         print_json(data)
         sys.exit(code)
+
+
+def _queue_up(ctx: click.Context, when_free: bool, timeout: str | None, wait_: bool,
+              force: bool, engine: str, as_json: bool, up_args: list[str],
+              only: tuple[str, ...], exclude: tuple[str, ...]) -> None:
+    """`up --when-free`: queue the job (tui/cli/queue.py) rather than start it now."""
+    from tfctl.remote.lab.targets import parse_duration
+    from tfctl.tui.cli.queue import queue_up
+
+    if not when_free:
+        raise click.UsageError("--timeout is for --when-free (how long to wait for GPUs)")
+    for given, name in ((wait_, "--wait"), (force, "--force"), (engine != "lab", "--on slurm")):
+        if given:
+            raise click.UsageError(f"--when-free waits for free GPUs in the background; "
+                                   f"{name} does not go with it")
+    try:
+        timeout_s = parse_duration(timeout or "12h")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param_hint="'--timeout'") from None
+    queue_up(ctx, selection(ctx, only, exclude), up_args, timeout_s, as_json)
 
 
 def _up_json(st: RunStatus, chosen: Selection) -> dict[str, Any]:
