@@ -128,6 +128,10 @@ def test_two_users_see_each_other_reserve_and_refuse(shared: Lab, tmp_path: Path
         assert (f"h1: GPU 1: reserved by {BOB} until {clock(until)} (ICML runs)"
                 in blocked.stderr), blocked.stderr
         assert "nothing was started" in blocked.stderr
+        checked = tfctl(second, "check")
+        assert checked.returncode == 1
+        assert (f"h1: GPU 1: reserved by {BOB} until {clock(until)} (ICML runs): a GPU the plan "
+                "assigns") in checked.stdout, checked.stdout
         assert _row(_lab_json(mine), "h1", 1)["reservation"]["user"] == BOB
         # bob's own reservation is his to use: his up is not refused for it
         refused = tfctl(theirs, "reserve", "h1:1", "--for", "1h")  # his own: replaced

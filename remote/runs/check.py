@@ -168,8 +168,14 @@ def _check_gpus_free(fleet: Fleet, plan: Plan, hosts: list[str],
         for user in state.busy:
             reports[name].add("fail", f"{user.describe()} is using a GPU the plan assigns "
                                       f"(free GPUs there: {free})")
-        if not state.busy:
-            reports[name].add("ok", f"GPUs {list(state.assigned)} free of other processes")
+        for claimed in state.claimed:  # another user's reservation or run (remote/lab/claims)
+            reports[name].add("fail", f"{claimed.describe()}: a GPU the plan assigns (free "
+                                      f"GPUs there: {free})")
+        for warning in state.warnings:
+            reports[name].add("warn", warning)
+        if not state.busy and not state.claimed:
+            reports[name].add("ok", f"GPUs {list(state.assigned)} free of other processes "
+                                    "and claims")
     for name, exc in report.unreachable.items():
         reports[name].add("fail", f"cannot check its GPUs: {exc}")
 
