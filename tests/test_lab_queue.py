@@ -8,6 +8,7 @@ then closed. Each user's client keeps its own records (`XDG_CACHE_HOME`), as two
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -148,7 +149,5 @@ def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Pat
                       env=env)
         tfctl(theirs, "down", "--grace", "1")
         tfctl(mine, "down", "--grace", "1")
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(carol, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
