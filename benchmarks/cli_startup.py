@@ -34,7 +34,7 @@ from pathlib import Path
 
 from _common import PYTHON, machine_line, median, ratio, timed
 
-FORBIDDEN = ("textual", "tensorflow", "fabric", "paramiko", "invoke")  # the list
+FORBIDDEN = ("textual", "tensorflow", "fabric", "paramiko", "invoke")  # --help never loads them
 NOTED = ("pydantic", "yaml", "rich", "click")  # what such a start does import, for the record
 PROBE = ("import atexit, json, runpy, sys\n"
          "atexit.register(lambda: print('MODULES ' + json.dumps(sorted({m.split('.')[0] for m in "

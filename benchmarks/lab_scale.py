@@ -35,7 +35,7 @@ program file), so an untimed `tfctl runs` installs a version's agent before its 
 command: otherwise whichever command follows a switch would pay that install (~30 ms of CPU per
 host).
 
-Last, what SSH handshakes cost (issue 20: would connections that outlive a command pay?): in
+Last, what SSH handshakes cost (what connections that outlive a command save): in
 this process, with this tree's own transport, one command (`true`) on every host over fresh
 connections, then again over the same connections; and the same for one agent request (a fresh
 connection and agent session, then the session again).

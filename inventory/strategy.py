@@ -3,7 +3,8 @@
 Runs in the loader on the validated schema, where it can still tell a key that was written from
 one that was left to its default (`ps: 1` written under multi_worker_mirrored is a mistake; the
 default is 0 there). The rules that need the whole plan (device counts, a chief, parameter
-servers) are in `rules.py`. Without `strategy:` an old file resolves exactly as before.
+servers) are in `rules.py`. A file without `strategy:` is planned by its `style` alone: no
+default changed, no key forbidden.
 """
 
 from __future__ import annotations

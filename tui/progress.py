@@ -8,7 +8,7 @@ CLI's step hooks (sync ended, setup ended, run id chosen). `Steps` turns those i
 transient, so that when it ends only the lines remain: every line the plain mode prints is
 printed above the rows as it comes (`LiveView.print_above`), nothing is lost. The CLI uses it
 only when stdout and stderr are both terminals and `--json` is not given; otherwise the plain
-lines are all there is, exactly as before.
+lines are all there is.
 """
 
 from __future__ import annotations

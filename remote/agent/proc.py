@@ -139,7 +139,7 @@ def same_network_namespace(pid: int) -> bool:
     try:
         return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
     except PermissionError:
-        return True  # cannot tell (another user's process): keep the old behaviour
+        return True  # cannot tell (another user's process): ours, as without shared /proc
     except OSError:
         # Gone, or exiting (its namespaces are released first): on machines sharing /proc, a
         # task another host is stopping at this moment, which this host must not count as one

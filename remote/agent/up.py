@@ -11,14 +11,16 @@ ports they would take (`freeports.py`, leased for this `up`). It starts nothing,
 cannot: only the client, once every host's answer is in and judged, sends `up_go`. That is why
 one host never starts tasks while another host's check is still to fail (a busy GPU, a taken
 port refuse the whole `up` with nothing started).
-`prepare`, in `up_go`, still refuses a run while another is live here, as it always did, and
-`up_go` refuses to start when a port chosen by the check was taken since (`verify_ports`).
+`prepare`, in `up_go`, refuses a run while another is live here all the same (the check's
+answer may be a moment old), and `up_go` refuses to start when a port chosen by the check was
+taken since (`verify_ports`).
 
-`up_go` does what `prepare`, `launch`, `wait_ports` and `status` did in four requests: make the
-run directory (and copy the cached setup log into it), start the tasks named, wait for them to
-listen or die (the cheap wait of `wait.py`) for at most one round, and with the host's tasks all
-up, answer with the status the final read of `up` would have given. A round stays short (the
-client asks for about 2 s) so that Ctrl-C in the client is acted on as quickly as before.
+`up_go` does in one request what the operations `prepare`, `launch`, `wait_ports` and `status`
+do in four (the client's step-by-step path): make the run directory (and copy the cached setup
+log into it), start the tasks named, wait for them to listen or die (the cheap wait of
+`wait.py`) for at most one round, and with the host's tasks all up, answer with the status the
+final read of `up` would give. A round stays short (the client asks for about 2 s) so that
+Ctrl-C in the client is acted on within a round, not after the whole wait for ports.
 """
 
 from __future__ import annotations

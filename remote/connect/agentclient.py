@@ -1,7 +1,7 @@
 """Calling the host-side agent: one JSON line each way, one answer, failures as `RemoteError`s.
 
-Starting the agent costs an interpreter, and before this module cached it, also compiling the
-~45 KB program on every operation (~70 ms of host CPU; 7 operations per host for one `up`). Now:
+Starting the agent costs an interpreter and, unless cached, compiling the ~45 KB program
+(~70 ms of host CPU per start; an `up` makes several requests per host). So:
 
 - The program is kept on the host as `<workdir>/.tfctl/agent/agent_<sha256>.py` and imported
   from there, so Python's own bytecode cache (`__pycache__`) skips the compile. It travels
@@ -306,7 +306,7 @@ def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | N
             code, rest = pipe.finish()
             if code in (None, -1) and getattr(pipe, "link_lost", False):
                 # Another call's timeout closed the host's connection (a cut link): the host
-                # did not answer, nothing failed on it (issue 18: not "`python …` exited -1").
+                # is unreachable; nothing failed on it, so no "`python …` exited -1".
                 raise HostUnreachable(transport.host.name, f"the connection dropped during "
                                       f"agent {op}")
             tail = b"".join(noise[-20:]).decode(errors="replace") + rest

@@ -1,10 +1,11 @@
 """A host's SSH connection as a Fabric `Connection`, with tfctl's host-key policy on every hop.
 
-The project's design has Fabric carry the SSH work (issue 18): each host, and each jump host
-before it, is one `fabric.Connection`; a ProxyJump chain is Fabric's `gateway=` (a Connection
-per hop), a ProxyCommand its string gateway. Where to connect comes from `sshconfig.resolve`
-(OpenSSH's own `ssh -G`), so Fabric is given a Config that loads no ssh config or Fabric config
-file of its own: the settings are resolved once, the same for every command and the dashboard.
+Fabric carries the SSH work (the project is built on Fabric over paramiko): each host, and
+each jump host before it, is one `fabric.Connection`; a ProxyJump chain is Fabric's `gateway=`
+(a Connection per hop), a ProxyCommand its string gateway. Where to connect comes from
+`sshconfig.resolve` (OpenSSH's own `ssh -G`), so Fabric is given a Config that loads no ssh
+config or Fabric config file of its own: the settings are resolved once, the same for every
+command and the dashboard.
 
 Fabric's default policy, paramiko's AutoAddPolicy (trust any key, silently), is replaced on
 every Connection, the jump hosts' included, before it opens: the keys the known-hosts files

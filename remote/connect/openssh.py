@@ -8,8 +8,8 @@ configuration after evaluating Host and Match blocks and exit"). The inventory's
 go in as `-l` and `-p`, so they win and `Match user`/`%r` see them.
 
 OpenSSH reads `~/.ssh/config` from the account's home (getpwuid), never `$HOME`; tfctl and its
-tests, like paramiko before, follow `$HOME`: when it points elsewhere, that home's config is
-passed with `-F` (which, as ssh(1) says, also leaves /etc/ssh/ssh_config out).
+tests follow `$HOME` (as `os.path.expanduser` does): when it points elsewhere, that home's config
+is passed with `-F` (which, as ssh(1) says, also leaves /etc/ssh/ssh_config out).
 
 The answer is cached, in process and in `~/.cache/tfctl/ssh-G.json`, under the `ssh -G` command
 line and the size and mtime of every config file it reads (the two configs, and the files their

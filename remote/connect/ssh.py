@@ -51,7 +51,7 @@ class Link:
 
     def run(self, command: str, stdin: str | None, timeout_s: float | None) -> Any:
         """Fabric's `Connection.run`: output captured, never echoed; our own stdin never read
-        (an empty stream when none is given, so the command sees EOF at once, as before)."""
+        (an empty stream when none is given, so the command sees EOF at once)."""
         return self.connection.run(command, hide=True, warn=True, pty=False,
                                    in_stream=io.StringIO(stdin or ""), timeout=timeout_s,
                                    encoding="utf-8")

@@ -25,7 +25,7 @@ DEFAULT_IDENTITIES = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ecdsa_sk",
                       "~/.ssh/id_ed25519", "~/.ssh/id_ed25519_sk", "~/.ssh/id_xmss",
                       "~/.ssh/id_dsa")
 """What `ssh -G` lists when no IdentityFile is configured (ssh_config(5)); paramiko's
-`look_for_keys` tries the same files, so these are left to it, as before."""
+`look_for_keys` tries the same files, so these are left to it."""
 
 
 @dataclass(frozen=True)

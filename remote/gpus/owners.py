@@ -7,7 +7,7 @@ live process of each task (its process group plus everything tagged with the tas
 Anything else on a GPU is foreign (another user's job, or one started by hand) — but only when
 that list was read: on a host whose tasks could not be read now (unreachable), a process that is
 not among the pids last read is "owner unknown", never foreign (not knowing our tasks is no
-evidence that a process is a stranger's; issue 18 saw a cut host's own worker called foreign).
+evidence that a process is a stranger's: a cut host's own worker would be called foreign).
 
 `map_owners` and `masked_gpus_without_process` are pure; `read_task_processes`, `task_pids` and
 `process_users` do one round trip per host (call them from a worker thread).

@@ -1,10 +1,11 @@
-"""`tfctl up` in as few round trips per host as the work allows (issue 20).
+"""`tfctl up` in as few round trips per host as the work allows: two agent requests per host.
 
-Step by step (`steps.py`, then `launch.launch`), an `up` cost each host up to nine round trips,
-each a fleet-wide step that waited for the slowest host: the sync's diff, the setup program (a
-shell), nvidia-smi (a shell), the port check, prepare, launch, wait for ports, the final status
-read and the setup log's copy (a shell). Here a host gets two agent requests on its one session
-(the host side is remote/agent/up.py), and a third that nobody waits for:
+Every request is a fleet-wide step that waits for the slowest host, so `up` asks each host as
+little as it can: two agent requests on its one session (the host side is remote/agent/up.py),
+and a third that nobody waits for. Taken one by one (`steps.py`, then `launch.launch`), the
+same work is up to nine such steps: the sync's diff, the setup program (a shell), nvidia-smi
+(a shell), the port check, prepare, launch, wait for ports, the final status read and the setup
+log's copy (a shell).
 
 1. `up_check`: the sync's digests compared, the setup cache looked up, nvidia-smi read, the task
    ports checked, and free ports chosen for the tasks whose port the inventory does not write
@@ -13,11 +14,11 @@ read and the setup log's copy (a shell). Here a host gets two agent requests on 
    wait (on the host, cheaply) until they listen or die, and answer with the host's status.
 3. the mark that the whole run is up, for the hosts' watchers: posted, not waited for.
 
-Only where a check finds work does that host get the step it needs, as before: files that differ
-are sent (`rsync.apply_diff`), a setup that is not cached runs (`setup.run_setup`), and then the
-host is checked again, so its GPUs and ports are judged after its setup, as they always were.
+Only where a check finds work does that host get the step it needs: files that differ are sent
+(`rsync.apply_diff`), a setup that is not cached runs (`setup.run_setup`), and then the host is
+checked again, so its GPUs and ports are judged after its setup, not before it.
 If any host's check fails (unreachable, no Python for the agent), `up` takes the step-by-step
-path, whose errors are the ones people know; so do `shared_fs` and `transport: local` hosts.
+path, whose errors name the step that failed; so do `shared_fs` and `transport: local` hosts.
 
 Why no host starts a task while another host's check could still refuse the `up` (a busy GPU, a
 taken port): `up_go` is a separate request, sent only after `up_check` has answered
@@ -29,7 +30,7 @@ listens, on every host).
 
 Rollback is `launch`'s: any failure or Ctrl-C once a run id was chosen stops everything the run
 started (`launch.rolled_back`). Each `up_go` waits at most `launch.WAIT_ROUND_S` before it
-answers, so an interrupt is acted on within one round, as before.
+answers, so an interrupt is acted on within one round (a few seconds), not after the whole wait.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ one edited source file. When every differing path is a regular file and all of t
 are small, they travel instead in one request to the agent already running for the command
 (`put_files` in agent_sync.py writes each atomically with its mode and mtime, as rsync -a
 would). Anything else (folders, links, a file changed again since it was listed, a path the
-agent refuses) goes to rsync as before.
+agent refuses) goes to rsync.
 """
 
 from __future__ import annotations

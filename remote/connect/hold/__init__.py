@@ -1,4 +1,4 @@
-"""Connections that outlive a command (issue 20), as OpenSSH's ControlPersist keeps them.
+"""Connections that outlive a command, as OpenSSH's ControlPersist keeps them.
 
 A CLI command that wants an agent session and finds no holder starts one (a background process
 of the same user, `python -m tfctl.remote.connect.hold.holder`) and borrows its sessions from

@@ -6,7 +6,7 @@ rules (when a host counts as unreachable, what a task's uptime is now) are teste
 
 What a host's failed poll leaves of its tasks is what was last read, and it is shown as such:
 state "unknown", the last line marked "[stale since T]", the uptime as it was then; never
-"running" on the word of a host that no longer answers (issue 18, item 7).
+"running" on the word of a host that does not answer.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ of flickering, raising, or quoting the command that got no answer. Either witnes
 does not answer; the telemetry's word stops counting once a task poll has answered after it
 began failing (its stream then only has to reconnect). An unreachable host's GPUs show their
 last values dimmed with "stale since T" for an owner: never "foreign", since not reading our
-tasks there is no evidence that a process on its GPU is a stranger's (issue 18, item 7).
+tasks there is no evidence that a process on its GPU is a stranger's.
 """
 
 from __future__ import annotations
