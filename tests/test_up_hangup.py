@@ -1,4 +1,4 @@
-"""`up`'s interrupt guard (tui/cli/setup.py) and SIGHUP, in a process of its own: a closing
+"""`up`'s interrupt guard (tui/cli/interrupts.py) and SIGHUP, in a process of its own: a closing
 terminal interrupts `up` like Ctrl-C, silently (nobody reads the terminal); `nohup tfctl up`
 (SIGHUP ignored) is not interrupted by it. On the lab, with a real terminal closing:
 tests/test_lab_interrupts.py::test_terminal_closed_while_workers_start_stops_everything."""
@@ -12,7 +12,8 @@ PROBE = """
 import os, signal, sys, time
 if sys.argv[1] == "nohup":
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-from tfctl.tui.cli.setup import CliUpHooks, rollback_on_interrupt
+from tfctl.tui.cli.interrupts import rollback_on_interrupt
+from tfctl.tui.cli.setup import CliUpHooks
 with rollback_on_interrupt(None, CliUpHooks()):
     print("guarded", flush=True)
     os.kill(os.getpid(), signal.SIGHUP)

@@ -1,8 +1,8 @@
 """The core loop's commands: `sync`, `up`, `wait`, `status`, `down`.
 
-Ctrl-C or SIGTERM during `up`, before it says "is up", stops whatever this run started, says
-what it stopped, and exits 130 (see `setup.rollback_on_interrupt`); once it is up (`up --wait`) an
-interrupt leaves the run running.
+Ctrl-C, SIGTERM or SIGHUP during `up`, before it says "is up", stops whatever this run
+started, says what it stopped, and exits 130 (`interrupts.rollback_on_interrupt`); once it is up
+(`up --wait`) an interrupt leaves the run running.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.interrupts import rollback_on_interrupt
 from tfctl.tui.cli.output import (
     echo,
     error_line,
@@ -29,7 +30,6 @@ from tfctl.tui.cli.output import (
 from tfctl.tui.cli.setup import (
     CliUpHooks,
     complete_hosts_list,
-    rollback_on_interrupt,
     selection,
     step_rows,
 )

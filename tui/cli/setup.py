@@ -1,6 +1,5 @@
 """`tfctl setup`, and `up`'s steps around its launch: which hosts (`--only`/`--exclude`, see
-`tfctl.inventory.subset`), how it prints sync and setup (`CliUpHooks`), and its rollback on
-Ctrl-C, SIGTERM or SIGHUP (`rollback_on_interrupt`).
+`tfctl.inventory.subset`) and how it prints sync and setup (`CliUpHooks`, `step_rows`).
 
 Progress goes to stderr (`tfctl: setup h1: [1/2] python3 -m venv .venv`), one summary line per
 host to stdout, failures to stderr with the host, the command, its exit status and the last
@@ -11,17 +10,14 @@ with `--json` the summaries go to stderr and stdout gets one JSON object (`setup
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, obj
 from tfctl.tui.cli.output import (
     echo,
     error_line,
@@ -43,7 +39,7 @@ if TYPE_CHECKING:
 
 
 class CliUpHooks:
-    """Prints what the controller's sync and setup steps did, as `tfctl setup`/`up` always did;
+    """Prints what the controller's sync and setup steps did, for `tfctl setup` and `up`;
     remembers whether it reported a failure (then the caller says so and exits 1), and what the
     steps returned (for `--json`); moves the live rows on (`steps`) when there are some."""
 
@@ -225,70 +221,3 @@ def selection(ctx: click.Context, only: tuple[str, ...], exclude: tuple[str, ...
         hint = "'--only'" if unknown_hosts(inv, keep) else "'--exclude'" \
             if unknown_hosts(inv, drop) or not keep else "'--only' / '--exclude'"
         raise click.BadParameter(str(exc), ctx=ctx, param_hint=hint) from None
-
-
-SIGNAL_WORDS: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
-                                  signal.SIGHUP: "SIGHUP: its terminal closed"}
-
-
-class UpGuard:
-    """How far `up` got, for its interrupt handler. The first SIGINT/SIGTERM/SIGHUP raises
-    KeyboardInterrupt, its words saying which; later ones are ignored until the run is up, so a
-    second Ctrl-C cannot cut the rollback short and leave half a job behind.
-
-    SIGHUP (the terminal closed: an ssh session to the laptop dropped) is an interrupt like
-    Ctrl-C: nothing half-started stays, and `tfctl runs` says why the run ended, as nobody
-    reads the terminal any more. Its output goes to /dev/null from then on: a write to a hung-up
-    terminal fails (EIO), which would cut the rollback short."""
-
-    def __init__(self, hooks: CliUpHooks) -> None:
-        self.hooks = hooks
-        self.is_up = False
-        self.signals = 0
-
-    @property
-    def run_id(self) -> str | None:
-        """The run id `up` chose (set just before any task starts), or None."""
-        return self.hooks.run_id
-
-    def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals += 1
-        if signum == signal.SIGHUP:
-            silence_terminal()
-        if self.signals == 1 or self.is_up:
-            raise KeyboardInterrupt(f"interrupted by {SIGNAL_WORDS.get(signum, signum)} "
-                                    "before it was up")
-
-
-def silence_terminal() -> None:
-    """stdin, stdout and stderr on /dev/null (file descriptors, so the live rows' thread and
-    child processes are silenced too)."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        with contextlib.suppress(OSError):
-            os.dup2(null, fd)
-    os.close(null)
-
-
-@contextlib.contextmanager
-def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[UpGuard]:
-    """Ctrl-C/SIGTERM/SIGHUP before the run is up: stop what it started, say so (and why, in
-    the run's record), exit 130."""
-    from tfctl.remote.runs.launch import Interrupted
-
-    guard = UpGuard(hooks)
-    previous = {sig: signal.signal(sig, guard.on_signal) for sig in SIGNAL_WORDS
-                if signal.getsignal(sig) != signal.SIG_IGN}  # `nohup tfctl up` stays up
-    try:
-        yield guard
-    except KeyboardInterrupt as exc:
-        if guard.is_up:
-            say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
-        elif guard.run_id is None:
-            say("interrupted before any task was started: nothing to clean up")
-        elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
-            say(f"interrupted: {controller.rollback(guard.run_id, cause=str(exc) or None)}")
-        sys.exit(EXIT_INTERRUPTED)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
