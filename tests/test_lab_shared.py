@@ -3,7 +3,8 @@
 Three real accounts (tests/lab/users.py) log in to the same lab hosts with their own keys and
 inventories, through the system Python; the stand-in nvidia-smi sees every user's processes with
 their real pids, as a driver does. alice runs a job, bob looks and reserves, carol holds a GPU
-by hand (a process with a mask, declaring 0 % utilization: a forgotten notebook).
+by hand (a process with a mask, declaring 0 % utilization: a forgotten notebook). bob's
+dashboard shows the same in its lab view (`L`), in a real terminal (tmux).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,7 @@ import pytest
 from tests.lab.lab import Lab
 from tests.lab.users import LabUser, can_add_users
 from tests.labtools import FOREVER, job_dir, run_id_from, tfctl
+from tests.tmuxpane import Pane
 from tfctl.remote.lab.claims import clock
 
 pytestmark = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
@@ -108,6 +112,16 @@ def test_two_users_see_each_other_reserve_and_refuse(shared: Lab, tmp_path: Path
         assert {r["state"] for r in rows if r["host"] == "h2"} == {"free"}
         table = tfctl(theirs, "lab", env=WIDE)
         assert table.returncode == 0 and f"run {run_id} (job lab) worker:0" in table.stdout
+        if shutil.which("tmux") is not None:  # the dashboard's lab view, in a real terminal
+            pane = Pane(f"{sys.executable} -m tfctl.tui -i {theirs} ui", name="tfctl-lab")
+            try:
+                pane.wait("the dashboard", lambda screen: "h1" in screen, timeout_s=90)
+                pane.keys("L")
+                pane.wait("alice's run in bob's lab view",
+                          lambda screen: f"run {run_id} (job lab) worker:0" in screen
+                          and ALICE in screen, timeout_s=60)
+            finally:
+                pane.close()
 
         # bob's `up` onto alice's GPU is refused naming her run
         refused = tfctl(theirs, "up")
