@@ -62,6 +62,13 @@ def test_free_gpus_are_planned_now_and_taken_at_up(box: Lab, tmp_path: Path,
         said = tfctl(inv, "plan", "--now")
         assert "h1: GPUs 1, 2, 3 free now; GPU 0: held by" in said.stdout, said.stdout
 
+        checked = json.loads(tfctl(inv, "check", "--json").stdout)["hosts"][0]["findings"]
+        assert {"level": "ok", "text": "`gpus: free`: up would take GPUs 1, 2, 3 now"} in checked
+        assert not [f for f in checked if "is using a GPU" in f["text"]], checked  # not GPU 0
+        short = json.loads(tfctl(greedy, "check", "--json").stdout)["hosts"][0]["findings"]
+        assert any(f["level"] == "fail" and "wants 4 free GPUs, free now: 1, 2, 3" in f["text"]
+                   for f in short), short
+
         refused = tfctl(greedy, "up")
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "h1: `gpus: free` wants 4 free GPUs, free now: 1, 2, 3" in refused.stderr

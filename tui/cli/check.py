@@ -16,7 +16,9 @@ from tfctl.tui.cli.context import EXIT_FAILED, obj
 from tfctl.tui.cli.output import echo, print_json, secho
 
 if TYPE_CHECKING:
-    from tfctl.remote.runs.check import HostReport
+    from tfctl.inventory.plan import Plan
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.runs.check import HostReport, Level
 
 EXPOSURE_WARNING = ("TensorFlow's gRPC task ports accept anyone on the network (no "
                     "authentication): `tfctl check --firewall` prints rules that admit only "
@@ -58,7 +60,11 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         click.echo(render(plan), nl=False)
         return
     with Fleet(plan.inventory, c.ssh_options()) as fleet:
+        plan, placing = _place_free(fleet, plan)
         reports = run_check(fleet, plan)
+    for report in reports:
+        if report.host in placing:
+            report.add(*placing[report.host])
     failed = sum(not report.ok for report in reports)
     if as_json:
         print_json({"ok": not failed, "warnings": [*plan.warnings, EXPOSURE_WARNING], "hosts": [
@@ -72,6 +78,30 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         sys.exit(EXIT_FAILED)
     if not as_json:
         secho(f"all {len(reports)} hosts ready", fg="green")
+
+
+def _place_free(fleet: Fleet, plan: Plan) -> tuple[Plan, dict[str, tuple[Level, str]]]:
+    """The plan on the GPUs its `gpus: free` hosts would take now (remote/lab/place.py), and
+    per such host what to say: which it would take, or why it cannot (a failure)."""
+    from tfctl.inventory.plan import make_plan
+    from tfctl.remote.connect.clusteraddr import cluster_address
+    from tfctl.remote.lab.place import NoFreeGpus, choose, free_hosts, placed, read_free
+
+    names = free_hosts(plan.inventory)
+    if not names:
+        return plan, {}
+    said: dict[str, tuple[Level, str]] = {}
+    chosen: dict[str, tuple[int, ...]] = {}
+    for host, found in read_free(fleet, names).items():
+        wanted = plan.inventory.host(host).free_gpus
+        assert wanted is not None
+        took = choose(wanted, found)
+        if took is None:
+            said[host] = ("fail", NoFreeGpus(host, wanted, found).what)
+            continue
+        chosen[host] = took
+        said[host] = ("ok", f"`gpus: free`: up would take GPUs {', '.join(map(str, took))} now")
+    return make_plan(placed(plan.inventory, chosen), reach=cluster_address), said
 
 
 def _print_reports(reports: list[HostReport], verbose: bool, warnings: Sequence[str]) -> None:
