@@ -151,3 +151,44 @@ def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Pat
         tfctl(mine, "down", "--grace", "1")
         with contextlib.suppress(ProcessLookupError):
             os.kill(carol, signal.SIGKILL)
+
+
+def test_cancel_stops_the_waiter_and_removes_its_tickets(shared: Lab, tmp_path: Path) -> None:
+    lab = shared
+    mine, env = _client(lab, lab.users[ALICE], tmp_path / "alice")
+    carol = int(lab.run("h1", f"setpriv --reuid={CAROL} --regid={CAROL} --init-groups bash -c "
+                              "'CUDA_VISIBLE_DEVICES=0 setsid sleep 300 </dev/null >/dev/null "
+                              "2>&1 & echo $!'").stdout)
+    try:
+        for args in (["--timeout", "1h"], ["--when-free", "--force"],
+                     ["--when-free", "--timeout", "soon"]):
+            bad = tfctl(mine, "up", *args, env=env)
+            assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+        assert not (lab.claims_dir("h1") / "queue").exists() or not any(
+            (lab.claims_dir("h1") / "queue").glob("*.json"))  # nothing queued by them
+
+        queued = tfctl(mine, "up", "--when-free", "--json", env=env)
+        assert queued.returncode == 0, queued.stderr
+        ticket = json.loads(queued.stdout)
+        files = list((lab.claims_dir("h1") / "queue").glob("*.json"))
+        assert [f.name for f in files] == [f"{ALICE}.ticket.{ticket['id']}.json"]
+        assert files[0].stat().st_uid == lab.users[ALICE].uid
+        assert _alive(ticket["waiter_pid"])
+
+        cancelled = tfctl(mine, "queue", "cancel", ticket["id"], "--json", env=env)
+        assert cancelled.returncode == 0, cancelled.stderr
+        said = json.loads(cancelled.stdout)
+        assert (said["was"], said["state"], said["waiter_stopped"]) == (
+            "waiting", "cancelled", True)
+        assert not _alive(ticket["waiter_pid"]) and not files[0].exists()
+        assert _record(env, ticket["id"])["state"] == "cancelled"
+        listed = json.loads(tfctl(mine, "queue", "--json", env=env).stdout)
+        assert listed["hosts"] == {"h1": []}
+        assert [(m["id"], m["state"]) for m in listed["mine"]] == [(ticket["id"], "cancelled")]
+
+        unknown = tfctl(mine, "queue", "cancel", "q-nosuch", env=env)
+        assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr
+        assert "no job q-nosuch was queued from here" in unknown.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(carol, signal.SIGKILL)
