@@ -1,6 +1,7 @@
 """What every subcommand shares: the `Context` the group builds, `obj(ctx)`, the exit codes,
 where the inventory is (named, else `cluster.yaml` here or in a parent folder), and the shell
-completion of host and task names (`complete_hosts`, `complete_hosts_or_tasks`).
+completion of host and task names (`complete_hosts`, `complete_hosts_list`,
+`complete_hosts_or_tasks`).
 
 The command modules import this, never `main.py` (which loads them lazily by name), so there
 is no import cycle between the group and its commands. Cheap: click only.
@@ -116,6 +117,18 @@ def complete_hosts(ctx: click.Context, param: click.Parameter,
     https://click.palletsprojects.com/en/stable/shell-completion/).
     """
     return _completions(ctx, incomplete)
+
+
+def complete_hosts_list(ctx: click.Context, param: click.Parameter,
+                        incomplete: str) -> list[CompletionItem]:
+    """Shell completion of a comma-separated host list (`up --only a,b`, `exec --hosts a,b`):
+    the host names after the commas already typed, those already typed left out."""
+    from click.shell_completion import CompletionItem
+
+    done, comma, tail = incomplete.rpartition(",")
+    typed = set(done.split(","))
+    names = (str(item.value) for item in complete_hosts(ctx, param, tail))
+    return [CompletionItem(done + comma + n) for n in names if n not in typed]
 
 
 def complete_hosts_or_tasks(ctx: click.Context, param: click.Parameter,

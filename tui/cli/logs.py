@@ -17,6 +17,7 @@ import click
 from tfctl.tui.cli.context import (
     EXIT_FAILED,
     EXIT_USAGE,
+    complete_hosts_list,
     complete_hosts_or_tasks,
     complete_tasks,
     obj,
@@ -113,15 +114,8 @@ def _json_lines(batch: LogBatch) -> None:
                                "read_at": read_at}))
 
 
-def _complete_host_list(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
-    """`--hosts a,b`: the inventory's host names after the commas typed (shell completion)."""
-    from tfctl.tui.cli.setup import complete_hosts_list
-
-    return complete_hosts_list(ctx, param, incomplete)
-
-
 @click.command("exec")
-@click.option("--hosts", "only", default="", shell_complete=_complete_host_list,
+@click.option("--hosts", "only", default="", shell_complete=complete_hosts_list,
               help="Comma-separated host names (default: all).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object on stdout: each host's exit status, stdout and stderr "

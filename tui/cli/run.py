@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tfctl.tui.cli.context import EXIT_FAILED, obj
+from tfctl.tui.cli.context import EXIT_FAILED, complete_hosts_list, obj
 from tfctl.tui.cli.interrupts import rollback_on_interrupt
 from tfctl.tui.cli.output import (
     echo,
@@ -27,12 +27,7 @@ from tfctl.tui.cli.output import (
     say,
     secho,
 )
-from tfctl.tui.cli.setup import (
-    CliUpHooks,
-    complete_hosts_list,
-    selection,
-    step_rows,
-)
+from tfctl.tui.cli.setup import CliUpHooks, step_rows
 
 if TYPE_CHECKING:
     from tfctl.inventory.subset import Selection
@@ -48,6 +43,22 @@ def _controller(ctx: click.Context) -> RunController:
 
     c = obj(ctx)
     return RunController(c.load(), c.ssh_options())
+
+
+def selection(ctx: click.Context, only: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
+    """The inventory less the hosts `up --only/--exclude` leave out (`tfctl.inventory.subset`);
+    a usage error (exit 2) naming the inventory's hosts for a name that is none of them, or for
+    a selection of no host."""
+    from tfctl.inventory.subset import SelectionError, select_hosts, split_names, unknown_hosts
+
+    inv = obj(ctx).load()
+    keep, drop = split_names(only), split_names(exclude)
+    try:
+        return select_hosts(inv, keep, drop)
+    except SelectionError as exc:
+        hint = "'--only'" if unknown_hosts(inv, keep) else "'--exclude'" \
+            if unknown_hosts(inv, drop) or not keep else "'--only' / '--exclude'"
+        raise click.BadParameter(str(exc), ctx=ctx, param_hint=hint) from None
 
 
 @click.command()

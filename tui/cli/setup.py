@@ -1,5 +1,5 @@
-"""`tfctl setup`, and `up`'s steps around its launch: which hosts (`--only`/`--exclude`, see
-`tfctl.inventory.subset`) and how it prints sync and setup (`CliUpHooks`, `step_rows`).
+"""`tfctl setup`, and how it and `up` print their sync and setup steps (`CliUpHooks`,
+`step_rows`).
 
 Progress goes to stderr (`tfctl: setup h1: [1/2] python3 -m venv .venv`), one summary line per
 host to stdout, failures to stderr with the host, the command, its exit status and the last
@@ -29,7 +29,6 @@ from tfctl.tui.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from tfctl.inventory.subset import Selection
     from tfctl.remote.connect.fleet import FleetResult
     from tfctl.remote.errors import RemoteError
     from tfctl.remote.runs.controller import RunController, UpOptions
@@ -188,36 +187,3 @@ def setup(ctx: click.Context, force: bool, no_sync: bool, as_json: bool) -> None
             sys.exit(EXIT_FAILED)
     if as_json:
         print_json(setup_json(hooks))
-
-
-# ---------------------------------------------------------------- `up` around its steps
-
-def complete_hosts_list(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    """The inventory's host names for --only/--exclude (`context.complete_hosts`), after the
-    commas already typed."""
-    from click.shell_completion import CompletionItem
-
-    from tfctl.tui.cli import context
-
-    complete = getattr(context, "complete_hosts", None)
-    if complete is None:
-        return []
-    done, comma, tail = incomplete.rpartition(",")
-    typed = set(done.split(","))
-    names = (str(getattr(i, "value", i)) for i in complete(ctx, param, tail))
-    return [CompletionItem(done + comma + n) for n in names if n not in typed]
-
-
-def selection(ctx: click.Context, only: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
-    """The inventory less the hosts --only/--exclude leave out; a usage error (exit 2) naming
-    the inventory's hosts for a name that is none of them, or for a selection of no host."""
-    from tfctl.inventory.subset import SelectionError, select_hosts, split_names, unknown_hosts
-
-    inv = obj(ctx).load()
-    keep, drop = split_names(only), split_names(exclude)
-    try:
-        return select_hosts(inv, keep, drop)
-    except SelectionError as exc:
-        hint = "'--only'" if unknown_hosts(inv, keep) else "'--exclude'" \
-            if unknown_hosts(inv, drop) or not keep else "'--only' / '--exclude'"
-        raise click.BadParameter(str(exc), ctx=ctx, param_hint=hint) from None
