@@ -204,7 +204,7 @@ def claim_state(claim: dict[str, Any], now_s: float) -> str:
         recorded += [(task["pid"], task["start_ticks"]),
                      (task["supervisor_pid"], task["supervisor_start_ticks"])]
     for pid, ticks in recorded:
-        if same_process(pid, ticks) and proc_uid(pid) == claim["uid"]:
+        if pid and same_process(pid, ticks) and proc_uid(pid) == claim["uid"]:
             return "live"
     return "stale"
 
