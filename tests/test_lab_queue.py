@@ -123,9 +123,12 @@ def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Pat
         alice_run = started["run_id"]
         claim = lab.claims_dir("h1") / f"{ALICE}.run.{alice_run}.json"
         assert claim.exists()
-        time.sleep(3)  # bob's waiter looks a few times meanwhile
-        waiting = _record(bob_env, second["id"])
-        assert waiting["state"] == "waiting" and alice_run in waiting["why"], waiting
+        # bob's waiter, at its next look, waits for alice's run (a slow machine: a few looks)
+        waiting = _until(lambda: alice_run in (_record(bob_env, second["id"])["why"] or "") and
+                         _record(bob_env, second["id"]), "bob waits for alice's run", 60)
+        assert waiting["state"] == "waiting", waiting
+        time.sleep(3)  # it looks again a few times, and still waits
+        assert _record(bob_env, second["id"])["state"] == "waiting"
         after = json.loads(tfctl(theirs, "queue", "--json", env=bob_env).stdout)
         assert [(t["position"], t["id"]) for t in after["hosts"]["h1"]] == [(1, second["id"])]
 
