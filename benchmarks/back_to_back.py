@@ -11,7 +11,8 @@ as a user runs it. Per repetition, in a rotating order of trees (this one, and `
   cold up      `tfctl disconnect` (nothing kept), then the full `up` (no-change sync, cached
                `job.setup`, every check, every task at once and verified): the first command;
   status +gap  `status`, GAP seconds after `up` returned: the command typed right after;
-  status warm  `status` again, GAP seconds later;
+  status warm  `status` again, GAP seconds later (what a command costs when nothing is left
+               to wait for);
   cold status  `tfctl disconnect`, then `status` of the same run: a first command again;
   status 2nd   `status`, GAP seconds after it;
   then `down` (untimed);
@@ -87,6 +88,7 @@ def one_rep(inv: Path, full: Path, env: dict[str, str], gap_s: float, grace: flo
         s[key + tag + " cpu"].append(t.cpu_s)
     s["2nd ÷ cold" + tag].append(second.wall_s / cold.wall_s)
     s["after up ÷ cold" + tag].append(after_up.wall_s / cold.wall_s)
+    s["after up ÷ warm" + tag].append(after_up.wall_s / warm.wall_s)
 
 
 def main() -> int:
@@ -175,6 +177,9 @@ def report(s: dict[str, list[float]], trees: dict[str, dict[str, str]],
               f"{ratio(m['status 2nd'], m['status cold'])} (each rep: {each}); status after "
               f"up ÷ cold status {ratio(m['status after up'], m['status cold'])} (each rep: "
               f"{after}); worst {max(s['2nd ÷ cold' + tag] + s['after up ÷ cold' + tag]):.2f}")
+        print(f"  status {args.gap:g} s after up ÷ the same status once more (what it still "
+              f"waited for): {ratio(m['status after up'], m['status warm'])} (each rep: "
+              + ", ".join(f"{x:.2f}" for x in s["after up ÷ warm" + tag]) + ")")
         print(f"  cold full up ÷ pdsh until its processes listen "
               f"{ratio(m['up'], listen)}; ÷ pdsh launch only {ratio(m['up'], pdsh)}")
 
