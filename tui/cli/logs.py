@@ -1,6 +1,5 @@
-"""`tfctl logs` (merged, prefixed, followed), `tfctl exec` (a command on every host),
-`tfctl ssh` (a shell or a command on one host, or in one task's place and environment) and
-`tfctl disconnect` (the connections kept for the next command closed now)."""
+"""`tfctl logs` (merged, prefixed, followed), `tfctl exec` (a command on every host) and
+`tfctl ssh` (a shell or a command on one host, or in one task's place and environment)."""
 
 from __future__ import annotations
 
@@ -239,27 +238,3 @@ def _names(inv: Any) -> str:
     tasks = [t.name for t in make_plan(inv).tasks]
     shown = ", ".join(tasks[:8]) + (", …" if len(tasks) > 8 else "")
     return f"hosts: {hosts}; tasks: {shown}"
-
-
-@click.command("disconnect")
-def disconnect() -> None:
-    """Close the connections kept for the next command now (as `ssh -O exit`).
-
-    Commands keep their hosts' connections and an agent session on each for `--persist`
-    seconds (default 60) after the last one, in a background holder of yours; this ends it at
-    once: its agent sessions on the hosts end and the next command connects afresh. Nothing
-    of a run is touched.
-
-    \b
-    Example:
-      tfctl disconnect
-      tfctl --persist 0 status     # one command that keeps nothing
-    """
-    from tfctl.remote.connect.hold.borrow import stop_holder
-
-    held = stop_holder()
-    if held is None:
-        click.echo("no connections kept: nothing to close")
-        return
-    click.echo(f"closed {held.get('links', 0)} kept connection(s) and "
-               f"{held.get('sessions', 0)} idle agent session(s) (holder pid {held.get('pid')})")

@@ -267,7 +267,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("tfctl.tui.cli.logs", "logs"),
     "exec": ("tfctl.tui.cli.logs", "exec_"),
     "ssh": ("tfctl.tui.cli.logs", "ssh"),
-    "disconnect": ("tfctl.tui.cli.logs", "disconnect"),
+    "disconnect": ("tfctl.tui.cli.connections", "disconnect"),
     "collect": ("tfctl.tui.cli.history", "collect"),
     "runs": ("tfctl.tui.cli.history", "runs"),
     "report": ("tfctl.tui.cli.history", "report"),
