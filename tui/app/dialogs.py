@@ -23,6 +23,8 @@ HELP_TEXT = """\
   [b]x[/b]  a shell on the selected host, or in the selected task's folder and environment
      (the dashboard comes back when it ends; as `tfctl ssh HOST|TASK`)
   [b]h[/b]  past runs: Enter writes the selected run's report and opens it
+  [b]L[/b]  the lab: every GPU of every host, free, reserved or held and by whom
+     (as `tfctl lab`: other users' runs, reservations, idle holders, stale claims)
 
 [b]Views[/b]
   [b]g[/b]  GPUs and tasks        [b]l[/b]  logs
