@@ -212,9 +212,9 @@ class TaskEnvSpec(_Strict):
 class JobSpec(_Strict):
     """`job:`. `strategy` says what the script does with the cluster, and so which of
     TensorFlow's rules the plan enforces; it implies `style` (flags → flags; parameter_server,
-    multi_worker_mirrored, custom → tf_config; mirrored → nothing handed over). Old files give
-    only `style` (default tf_config) and are planned exactly as before: nothing refused, but
-    warned of the traps their style walks into (rules.py).
+    multi_worker_mirrored, custom → tf_config; mirrored → nothing handed over). A file without
+    `strategy` gives only `style` (default tf_config) and is planned by it alone: nothing
+    refused, but warned of the traps its style walks into (rules.py).
     `workers` defaults to per_gpu (per_host for mirrored).
 
     Overrides for a heterogeneous lab: a host's `args` follow `args` for its ps, workers and

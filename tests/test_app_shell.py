@@ -1,4 +1,4 @@
-"""The dashboard's `x` (issue 18, item 5) through Pilot: which host or task it opens, that the
+"""The dashboard's `x` through Pilot: which host or task it opens, that the
 app suspends around the session and comes back, and what it says when it cannot. The session
 itself on a real terminal and host: tests/test_lab_ssh.py (tmux)."""
 

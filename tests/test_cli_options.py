@@ -1,5 +1,5 @@
 """The group's options where people type them (`tfctl up -i lab.yaml`), `cluster.yaml` found in a
-parent folder, and `tfctl init`'s advice on what to leave to ~/.ssh/config (issue 18)."""
+parent folder, and `tfctl init`'s advice on what to leave to ~/.ssh/config."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Connections that outlive a command (issue 20), on the real sshd lab.
+"""Connections that outlive a command, on the real sshd lab.
 
 A command with `--persist` that finds no holder starts one and borrows its agent sessions from
 it; the commands after it, even one typed the moment it returned, borrow the same sessions: the

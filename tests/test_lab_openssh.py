@@ -1,4 +1,4 @@
-"""OpenSSH resolves the hosts (issue 18, item 2), on real sshd hosts: an alias behind an
+"""OpenSSH resolves the hosts, on real sshd hosts: an alias behind an
 `Include`, a host key only in a GlobalKnownHostsFile, a HostKeyAlias, `@revoked`, and host
 certificates under `@cert-authority`. paramiko's own config parser and known_hosts reader
 handle none of these; tfctl asks `ssh -G` and reads the files as OpenSSH does.

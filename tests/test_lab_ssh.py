@@ -1,4 +1,4 @@
-"""`tfctl ssh HOST|TASK [-- CMD…]` on real sshd hosts (issue 18, item 5): the exit status passed
+"""`tfctl ssh HOST|TASK [-- CMD…]` on real sshd hosts: the exit status passed
 through, the workdir, a task's planned environment, the host-key policy, a real pty, and the
 dashboard's `x` in a real terminal (tmux)."""
 

@@ -1,7 +1,7 @@
 """Jobs TensorFlow runs without a cluster port: single-process MirroredStrategy on the lab.
 
 A `strategy: mirrored` task opens no port: `up` counts it as started once it has run a few
-seconds without exiting (not after the 180 s port wait it used to sit through), and a task that
+seconds without exiting (not after the whole port wait, `--start-timeout`), and a task that
 dies at once still fails the start, with its own words.
 """
 

@@ -5,8 +5,8 @@ The bundled trainer (examples/train.py), classic flags style, on h1 and h2: ps:0
 for 60 s (every packet from h1 dropped at h2: TensorFlow's connections both ways stall, as
 they would behind a rebooting switch) while the client still reaches both hosts. h2's watcher
 hears nothing from worker 0's port: silence, not a refusal, so it keeps ps:1 and worker:1
-running (before, it took the silence for the chief's end after 20 s and stopped them, and the
-job lost a parameter server); `status` during the cut names h2 and the silence. After the heal
+running (taking the silence for the chief's end would stop them, and the job would lose a
+parameter server); `status` during the cut names h2 and the silence. After the heal
 TensorFlow's own connections carry on and the job finishes, every task with it, exit 0.
 
 Kept small: a tiny MLP, two hosts, few steps. The training stalls during the cut (every step

@@ -1,10 +1,10 @@
 """A host's link cut mid-run, seen in `tfctl ui` in a real terminal (tmux), and healed.
 
-What the dashboard must say while h2 is cut off (issue 18, item 7: "say what is known, and how
-old it is"): "unreachable since T (no answer for N s)" on h2's line, never an error quoting a
-command line; h2's task not "running" but "unknown", its last line marked "[stale since T]";
-h2's GPU "stale since T", never "foreign" (the GPU's process is our worker, whose host could
-just not be asked). After `lab.heal` everything reads normal again with no key pressed.
+What the dashboard must say while h2 is cut off (what is known, and how old it is):
+"unreachable since T (no answer for N s)" on h2's line, never an error quoting a command line;
+h2's task not "running" but "unknown", its last line marked "[stale since T]"; h2's GPU "stale
+since T", never "foreign" (the GPU's process is our worker, whose host could just not be
+asked). After `lab.heal` everything reads normal again with no key pressed.
 
 The GPUs are the test-only nvidia-smi stand-in's (tests/fakes), set up by the `gpu_lab` fixture
 of tests/test_lab_gpu_busy.py; `tfctl status` during the cut is checked at the end.

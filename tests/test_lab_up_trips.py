@@ -1,4 +1,4 @@
-"""`up` in two requests per host (issue 20), on the real sshd lab: what each host is asked.
+"""`up` in two requests per host, on the real sshd lab: what each host is asked.
 
 Every agent request and every shell command a host gets is counted on the way out (the real
 calls, then passed on unchanged), so these tests see what an `up` costs each host: with nothing

@@ -24,7 +24,7 @@ from tfctl.remote.agent.nvfields import (
 from tfctl.remote.gpus import nvsmi
 
 RECORDED = [nvsmi_spellings(attr) for attr in NVSMI_RECORD_ATTRS]
-# nvidia-smi's words for a property it does not know (the old driver; the stand-in).
+# nvidia-smi's words for a property it does not know (an older driver; the stand-in).
 REFUSAL = 'Field "clocks_event_reasons.active" is not a valid field to query.'
 
 

@@ -104,7 +104,7 @@ def test_the_files_are_read_again_when_they_change(tmp_path: Path) -> None:
 def test_invoke_is_loaded_only_for_a_match_exec_block(tmp_path: Path) -> None:
     """paramiko's parser (the fallback without an `ssh` client) evaluates a `Match exec`
     block through invoke, which `_paramiko` holds off while paramiko loads: it is loaded for
-    such a block. (A connection imports it anyway now, with Fabric: connection.py.)"""
+    such a block. (A connection imports it anyway, with Fabric: connection.py.)"""
     config = tmp_path / "config"
     config.write_text('Match exec "test -n x"\n  HostName 10.4.4.4\nHost *\n  User u\n')
     probe = f"""

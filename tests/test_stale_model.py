@@ -1,4 +1,4 @@
-"""Issue 18, item 7, in the dashboard's pure model: say what is known, and how old it is.
+"""The dashboard's pure model says what is known of a host, and how old it is.
 
 A host that does not answer reads "unreachable since T (no answer for N s)" (never an error
 quoting the command that got no answer); its tasks read "unknown" with their last lines marked

@@ -1,6 +1,6 @@
-"""Issue 18, item 7, below the dashboard: who owns a GPU when a host's tasks cannot be read, how
-a dropped connection is classified, and what `tfctl status` and `tfctl gpus` say of a host that
-does not answer.
+"""Below the dashboard, what is known and how old it is: who owns a GPU when a host's tasks
+cannot be read, how a dropped connection is classified, and what `tfctl status` and `tfctl gpus`
+say of a host that does not answer.
 
 The rules: a process on a GPU of a host whose task list could not be read is "owner unknown",
 never "foreign" (our tasks being unknown is no evidence the process is a stranger's), and our

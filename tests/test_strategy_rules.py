@@ -147,7 +147,7 @@ def test_refusals_are_pure_functions_of_the_plan() -> None:
     assert "Mismatched number of GPUs per worker" in found[1].message
     ok = Job("train.py", strategy="parameter_server", workers="per_gpu", chief="titan")
     assert refusals(make_plan(Inventory("lab", hosts, ok))) == []
-    old = Job("train.py", workers="per_host")  # no strategy: no rules, as before
+    old = Job("train.py", workers="per_host")  # no strategy: no strategy rules
     assert refusals(make_plan(Inventory("lab", hosts, old))) == []
 
 

@@ -110,7 +110,7 @@ def _first_end(verdicts: list[tuple[float, str | None]]) -> tuple[float, str] | 
     ([(t, REFUSED) for t in range(0, 30)], (20, "chief:0 ended")),
     # A refusal that stops (the task restarted) is no end.
     ([(t, REFUSED) for t in range(0, 15)] + [(t, OPEN) for t in range(15, 40)], None),
-    # Silence, however long within the window, is no end (the cut of issue: 40 s, 60 s, 4 min).
+    # Silence, however long within the window, is no end (cuts of 40 s, 60 s, 4 min).
     ([(t, SILENT) for t in range(0, 299)], None),
     # Silence, then the chief answers again: nothing ended.
     ([(t, SILENT) for t in range(0, 100)] + [(t, OPEN) for t in range(100, 120)], None),

@@ -136,7 +136,7 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
               "rest only once they listen (the order of the old tutorials); by default every "
               "task starts at once, since TensorFlow's workers and chief wait for their ps.")
 @click.option("--all-at-once", is_flag=True, hidden=True,
-              help="The default now; kept so that scripts written for it still run.")
+              help="Every task at once, the default; accepted so that scripts passing it run.")
 @click.option("--only", multiple=True, metavar="HOST[,HOST...]", shell_complete=complete_hosts_list,
               help="Run on these hosts of the inventory only (the plan is made over them).")
 @click.option("--exclude", multiple=True, metavar="HOST[,HOST...]",
