@@ -44,19 +44,28 @@ def test_two_runs_share_the_hosts_without_ports_written(lab, tmp_path: Path,  # 
 
     up_a = tfctl(first, "up")
     assert up_a.returncode == 0, up_a.stdout + up_a.stderr
+    run_a = run_id_from(up_a.stdout)
+    used_a = {p for kind in _cluster(run_a).values() for p in _ports_on(kind)}
+    assert all(2220 <= p <= 2299 for _a, p in used_a)  # 2222, 2223 where nothing else has them
+    check = tfctl(second, "check", "-v")  # which free ports `up` would take now, with a's up
+    assert check.returncode == 0, check.stdout + check.stderr
+    for h in ("h1", "h2"):
+        line = next(x for x in check.stdout.splitlines()
+                    if f"{h}: ports chosen at up from 2220-2299; free now:" in x)
+        free_now = {int(w.split()[-1]) for w in line.split("free now:")[1].split(",")}
+        assert len(free_now) == 2 and not free_now & {p for a, p in used_a
+                                                      if a == lab.host(h).address}, line
     up_b = tfctl(second, "up")
     assert up_b.returncode == 0, up_b.stdout + up_b.stderr  # refused on a taken port before
-    assert "ports taken elsewhere, chosen free: ps:0 2222→" in up_b.stderr, up_b.stderr
-    run_a, run_b = run_id_from(up_a.stdout), run_id_from(up_b.stdout)
+    assert "ports taken elsewhere, chosen free: ps:0 " in up_b.stderr, up_b.stderr
+    run_b = run_id_from(up_b.stdout)
 
     for inv, run_id in ((first, run_a), (second, run_b)):
         st = status_json(inv)
         assert st["run_id"] == run_id
         assert {t["name"]: t["state"] for t in st["tasks"]} == {
             "ps:0": "running", "ps:1": "running", "worker:0": "running", "worker:1": "running"}
-    used_a = {p for kind in _cluster(run_a).values() for p in _ports_on(kind)}
     used_b = {p for kind in _cluster(run_b).values() for p in _ports_on(kind)}
-    assert used_a == {(lab.host(h).address, p) for h in ("h1", "h2") for p in (2222, 2223)}
     assert not used_a & used_b and all(2220 <= p <= 2299 for _a, p in used_b)
     # The run's manifest on the host records the ports it took, as its tasks listen on them.
     workdir_b = Path(f"{lab.host('h1').workdir}-b")
@@ -77,17 +86,20 @@ def test_two_runs_share_the_hosts_without_ports_written(lab, tmp_path: Path,  # 
 def test_a_written_port_stays_fixed_and_is_refused_when_taken(lab, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                               down_after) -> None:
     first = _inventory(lab, tmp_path, "a")
-    (tmp_path / "f").mkdir()
-    fixed = lab.write_inventory(job_dir(tmp_path / "f") / "cluster.yaml",
-                                {**FOREVER, "ports": {"worker": 2223}}, hosts=["h1", "h2"],
-                                host_fields={h: {"workdir": f"{lab.host(h).workdir}-f"}
-                                             for h in ("h1", "h2")}, name="labf")
-    down_after.extend([first, fixed])
+    down_after.append(first)
     up_a = tfctl(first, "up")
     assert up_a.returncode == 0, up_a.stdout + up_a.stderr
+    run_a = run_id_from(up_a.stdout)
+    taken = next(p for a, p in _ports_on(_cluster(run_a)["worker"])
+                 if a == lab.host("h1").address)  # run a's worker:0
+    (tmp_path / "f").mkdir()
+    fixed = lab.write_inventory(job_dir(tmp_path / "f") / "cluster.yaml",
+                                {**FOREVER, "ports": {"worker": taken}}, hosts=["h1", "h2"],
+                                host_fields={h: {"workdir": f"{lab.host(h).workdir}-f"}
+                                             for h in ("h1", "h2")}, name="labf")
+    down_after.append(fixed)
     refused = tfctl(fixed, "up")
     assert refused.returncode == 1
     err = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert len(err) == 1 and "port 2223" in err[0] and run_id_from(up_a.stdout) in err[0], \
-        refused.stderr
+    assert len(err) == 1 and f"port {taken}" in err[0] and run_a in err[0], refused.stderr
     assert "Traceback" not in refused.stderr

@@ -26,7 +26,7 @@ from typing import Any
 from tfctl.remote.agent.boot import boot_id
 from tfctl.remote.agent.claims import claim_run, release_run
 from tfctl.remote.agent.disk import records_state, room_at
-from tfctl.remote.agent.freeports import choose_ports
+from tfctl.remote.agent.freeports import choose_ports, release
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.run import (
     AgentError,
@@ -101,6 +101,8 @@ def op_ports(req: dict[str, Any]) -> dict[str, Any]:
     answer: dict[str, Any] = {"ports": port_report(int(p) for p in req.get("ports", []))}
     if req.get("choose"):
         answer["choose"] = choose_from(req["choose"])
+    if req.get("release"):  # an `up` that will not start frees the ports it leased
+        release(str(req["release"]))
     return answer
 
 

@@ -58,6 +58,11 @@ def choose_ports(t: Transport, ask: Raw) -> Raw:
     return answer
 
 
+def release_ports(t: Transport, token: str) -> None:
+    """Drop the port leases of an `up` (`token`) that will not start (op `ports`, `release`)."""
+    agentclient.call(t, "ports", {"ports": [], "release": token})
+
+
 def listen(t: Transport, numbers: Sequence[int], seconds: float) -> dict[str, Any]:
     """Bind these ports for `seconds` in a background listener (op `listen`): bound, busy, pid."""
     answer: dict[str, Any] = agentclient.call(t, "listen", {"ports": list(numbers),

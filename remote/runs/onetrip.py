@@ -62,7 +62,15 @@ from tfctl.remote.runs.launch import (
     raise_first,
     rolled_back,
 )
-from tfctl.remote.runs.ports import ask, chosen_plan, chosen_ports, fixed_ports, moved, new_token
+from tfctl.remote.runs.ports import (
+    ask,
+    chosen_plan,
+    chosen_ports,
+    fixed_ports,
+    moved,
+    new_token,
+    release_leases,
+)
 from tfctl.remote.runs.setup import SetupOutcome, commands_digest, run_setup, setup_errors
 from tfctl.remote.runs.status import RunStatus, status_from
 from tfctl.remote.runs.steps import SyncFailed, UpHooks, judge_busy
@@ -104,11 +112,28 @@ def up_in_two_trips(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options:
     source = source_dir(inv)
     if do_sync and not os.path.isdir(source):
         return None
-    hosts = [h.name for h in inv.hosts]
     token = new_token()  # this `up`'s lease on the ports its checks choose
+    leased: list[str] = []  # the hosts whose check answered (and may hold a lease of it)
+    done = None
+    try:
+        done = _checked_up(fleet, plan, say, hooks, options, on_run_id, token, leased)
+    finally:
+        if done is None and leased:  # failed or stepping aside: its ports are free again
+            release_leases(fleet, leased, token)
+    return done
+
+
+def _checked_up(fleet: Fleet, plan: Plan, say: Say, hooks: UpHooks, options: UpSettings,
+                on_run_id: Callable[[str], None], token: str,
+                leased: list[str]) -> tuple[str, RunStatus] | None:
+    inv = fleet.inventory
+    do_sync = options.sync and inv.job.sync.enabled
+    source = source_dir(inv)
+    hosts = [h.name for h in inv.hosts]
     with ThreadPoolExecutor(max_workers=1) as pool:  # listed while the fleet connects
         listing = pool.submit(source_listing, source, inv) if do_sync else None
         checked = _check(fleet, plan, hosts, listing, setup=True, token=token)
+    leased += [h for h in checked.succeeded if h in plan.hosts_used]
     listed = None if listing is None else listing.result()
     if checked.failed or (listed is not None and listed.entries is None):
         return None

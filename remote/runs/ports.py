@@ -11,12 +11,17 @@ the inventory writes are checked as they always were (`launch.judge_ports`) and 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.plan import Plan, with_ports
+from tfctl.remote.connect import agentops
 from tfctl.remote.errors import RemoteError
+
+if TYPE_CHECKING:
+    from tfctl.remote.connect.fleet import Fleet
 
 Raw = Mapping[str, Any]
 
@@ -76,3 +81,14 @@ def chosen_ports(plan: Plan, host: str) -> list[int]:
     """The ports of `host`'s tasks that were chosen at up (verified again at the start)."""
     return sorted({t.port for t in plan.on_host(host)
                    if t.port_chosen_at_up and t.port is not None})
+
+
+def release_leases(fleet: Fleet, hosts: Sequence[str], token: str) -> None:
+    """Free again the ports an `up` that did not start leased (best effort: a lease that stays
+    ends by itself after two minutes)."""
+    def release(t: Any) -> None:
+        with contextlib.suppress(RemoteError, OSError):
+            agentops.release_ports(t, token)
+
+    with contextlib.suppress(RemoteError, OSError):
+        fleet.map(release, list(hosts))
