@@ -192,3 +192,38 @@ def test_two_users_see_each_other_reserve_and_refuse(shared: Lab, tmp_path: Path
             os.kill(carol_pid, signal.SIGKILL)
         tfctl(theirs, "release", "h1:1")
         tfctl(mine, "down", "--grace", "1")
+
+
+def test_a_claim_goes_with_its_run(lab: Lab, tmp_path: Path) -> None:
+    """The run's watcher removes its claim on each host when the job ends by itself, and `down`
+    when it is stopped; while it runs the claim names its tasks with their pids."""
+    finite = {"script": "job.py", "style": "flags", "args": ["--steps=3"]}
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    inv = lab.write_inventory(job_dir(tmp_path / "a") / "cluster.yaml", finite,
+                              hosts=["h1", "h2"])
+    forever = lab.write_inventory(job_dir(tmp_path / "b") / "cluster.yaml", FOREVER,
+                                  hosts=["h1", "h2"], name="forever")
+    try:
+        up = tfctl(inv, "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        run_id = run_id_from(up.stdout)
+        claims = [lab.claims_dir(h) / f"{lab.user}.run.{run_id}.json" for h in ("h1", "h2")]
+        deadline = time.monotonic() + 90
+        while any(c.exists() for c in claims):  # no tfctl command in between
+            assert time.monotonic() < deadline, [c for c in claims if c.exists()]
+            time.sleep(0.5)
+        up = tfctl(forever, "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        run_id = run_id_from(up.stdout)
+        claims = [lab.claims_dir(h) / f"{lab.user}.run.{run_id}.json" for h in ("h1", "h2")]
+        record = json.loads(claims[0].read_text())
+        assert record["run_id"] == run_id and record["job"] == "forever"
+        assert {t["name"] for t in record["tasks"]} == {"ps:0", "worker:0"}
+        assert all(t["pid"] and t["start_ticks"] for t in record["tasks"])
+        down = tfctl(forever, "down", "--grace", "1")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not any(c.exists() for c in claims)
+    finally:
+        tfctl(forever, "down", "--grace", "1")
+        tfctl(inv, "down", "--grace", "1")
