@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 AGENT_FILES = ("wire.py", "proc.py", "run.py", "state.py", "sync.py", "wait.py", "tfprobe.py",
-               "freeports.py", "notify.py",
-               "nvfields.py", "speed.py", "disk.py", "record.py", "claims.py", "watch.py", "main.py",
+               "freeports.py", "notify.py", "nvfields.py", "speed.py", "disk.py", "record.py",
+               "claims.py", "watch.py", "main.py",
                "up.py", "boot.py", "lost.py", "lab.py", "tickets.py")
 # Imported only for building the program or for annotations (strings under `from __future__
 # import annotations`): cut from the program, saving ~10 ms of imports at each agent start.
