@@ -64,13 +64,17 @@ def receiver(lab) -> Iterator[Receiver]:  # type: ignore[no-untyped-def]
     served.server.server_close()
 
 
-def _inventory(lab, tmp: Path, receiver: Receiver, args: list[str]) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
+def _inventory(lab, tmp: Path, receiver: Receiver, args: list[str],  # type: ignore[no-untyped-def]
+               strategy: str = "parameter_server", ps: int = 1, h1_workers: int = 1,
+               **job_keys: Any) -> tuple[Path, Path]:
     workdir = Path(f"{lab.host('h1').workdir}-notify-{tmp.name}")
-    job = {"script": "job.py", "strategy": "parameter_server", "chief": "h1", "args": args,
-           "notify": {"command": COMMAND, "webhook": receiver.url}}
-    fields = {h: {"workdir": f"{lab.host(h).workdir}-notify-{tmp.name}"} for h in ("h1", "h2")}
+    job = {"script": "job.py", "strategy": strategy, "chief": "h1", "args": args,
+           "notify": {"command": COMMAND, "webhook": receiver.url}, **job_keys}
+    fields: dict[str, dict[str, Any]] = {
+        h: {"workdir": f"{lab.host(h).workdir}-notify-{tmp.name}"} for h in ("h1", "h2")}
+    fields["h1"]["cpu_workers"] = h1_workers
     inv = lab.write_inventory(job_dir(tmp) / "cluster.yaml", job, hosts=["h1", "h2"],
-                              host_fields=fields)
+                              host_fields=fields, ps={"h1": ps, "h2": ps})
     return inv, workdir
 
 
@@ -148,3 +152,26 @@ def test_a_webhook_nobody_answers_is_recorded_not_fatal(lab, tmp_path: Path,  # 
     record = json.loads(record_path.read_text())
     assert record["webhook"]["status"] is None and record["webhook"]["tries"] == 3
     assert "refused" in record["webhook"]["error"].lower(), record
+
+
+def test_a_down_during_the_ends_grace_sends_no_second_word(lab, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                           receiver: Receiver,
+                                                           down_after) -> None:
+    # The chief ends; the workers (which train under this strategy) get the end's grace to
+    # finish, and `down` stops them within it: the word was said once, at the end. h1 runs a
+    # worker beside the chief, so its watcher (the one that sends the word) is still in that
+    # grace when `down` stops it.
+    inv, _ = _inventory(lab, tmp_path, receiver, ["--steps", "10"],
+                        strategy="multi_worker_mirrored", ps=0, h1_workers=2,
+                        task_args={"worker": ["--forever"]})
+    down_after.append(inv)
+    up = tfctl(inv, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    run_id = run_id_from(up.stdout)
+    assert receiver.wait_for(run_id, 90)["json"]["reason"] == "finished"
+    down = tfctl(inv, "down", "--grace", "1")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "worker:" in down.stdout  # the workers were still there, in their grace
+    time.sleep(5)
+    assert [p["json"]["reason"] for p in receiver.received
+            if p["json"]["run_id"] == run_id] == ["finished"]

@@ -98,13 +98,14 @@ def watch_run(run_dir: str, run_id: str) -> int:
     speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
                            recorder.started)
     recorder.start()
-    stopped = False
+    stopped = told = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed)
         if cause is not None:
             code = decider_exit_code(run_dir, manifest)
             events.write({"event": "end", "cause": cause, "exit_code": code})
             start_notifier(run_dir, manifest, "finished" if code == 0 else "failed", cause, code)
+            told = True  # a `down` during the end's graces is no second word
             apply_end(run_dir, run_id, manifest, cause, code)
         else:
             stopped = True
@@ -117,7 +118,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
         recorder.stop()
         clear_silence(run_dir)
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
-        if stopped and os.path.exists(os.path.join(run_dir, UP_MARK)):  # not a rollback
+        if stopped and not told and os.path.exists(os.path.join(run_dir, UP_MARK)):
+            # (no up mark: a rollback, the `up`'s own failure, said at its terminal)
             start_notifier(run_dir, manifest, "stopped", "stopped by `tfctl down`", None)
     return 0
 
