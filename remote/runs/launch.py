@@ -28,7 +28,7 @@ from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.endrule import deciders, end_rule
 from tfctl.remote.runs.failure import explain
-from tfctl.remote.runs.ports import ask, chosen_plan, fixed_ports
+from tfctl.remote.runs.ports import ask, chosen_plan, fixed_ports, moved
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -90,7 +90,9 @@ def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: flo
     hosts = plan.hosts_used
     preflight = fleet.map(lambda t: _preflight(t.host.name, t, plan), hosts)
     raise_first(preflight, "preflight")
-    plan = chosen_plan(plan, preflight.succeeded)  # the ports chosen where none is written
+    planned, plan = plan, chosen_plan(plan, preflight.succeeded)  # where job.ports writes none
+    if moved(planned, plan):
+        say(f"ports taken elsewhere, chosen free: {', '.join(moved(planned, plan))}")
     started: list[Started] = []
     try:
         raise_first(fleet.map(lambda t: _prepare(t, plan, run_id, start_timeout_s), hosts),
