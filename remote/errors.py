@@ -2,11 +2,35 @@
 
 `RemoteError.__str__` is the message the CLI prints (no traceback); `detail` carries the
 command's last lines of output where there is one, as invoke's `UnexpectedExit` does.
+
+Every failure a caller tells apart is a class; callers catch the class, never compare `kind`.
+`kind` is the failure's name on the wire (the agent's answers, the holder's frames) and in
+records that outlive the exception (a host's last poll error). The tree, as httpx's
+`_exceptions.py` draws its own (encode/httpx, httpx/_exceptions.py):
+
+    RemoteError                a host (or the fleet) failed what was asked of it
+    ├── HostUnreachable        no answer: connect refused or timed out, the link dropped
+    ├── HostKeyRefused         the host's key is not the one known_hosts names
+    ├── AuthRefused            no key or password was accepted
+    ├── CommandFailed          a remote command exited non-zero
+    ├── AgentUnavailable       the host-side agent cannot run there
+    │   ├── PythonMissing      the host's python does not start (exit 126/127)
+    │   └── AgentMissing       the agent's program could not be loaded
+    ├── AgentFailed            the agent ran and answered with an error (`data`: the answer)
+    │   ├── RunLive            another run is still live on the host (`data["run_id"]`)
+    │   ├── PortTaken          a port the plan leased was taken before the task bound it
+    │   └── NoRun              the host has no record of the run asked about
+    └── GpusBusy               GPUs the plan assigns are held by others
+
+Failures of one step keep their own classes beside the step (`LaunchFailed` in
+runs/launch.py, `TunnelFailed` in connect/tunnel.py, ...), each a `RemoteError`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass
@@ -51,6 +75,72 @@ class CommandFailed(RemoteError):
         super().__init__(host, what, output_tail, kind="command")
         self.command = command
         self.exit_code = exit_code
+
+
+class AgentUnavailable(RemoteError):
+    """The host-side agent cannot run on the host: nothing it would do was done."""
+
+    KIND: ClassVar[str] = "agent_unavailable"
+
+    def __init__(self, host: str, what: str, detail: str = "",
+                 data: Mapping[str, object] | None = None):
+        super().__init__(host, what, detail, kind=self.KIND, data=dict(data or {}))
+
+
+class PythonMissing(AgentUnavailable):
+    """The host's `python:` does not start (the shell's "not found" status, 126 or 127)."""
+
+    KIND = "python_missing"
+
+
+class AgentMissing(AgentUnavailable):
+    """The agent's program was neither installed on the host nor sent to it."""
+
+    KIND = "agent_missing"
+
+
+class AgentFailed(RemoteError):
+    """The agent ran and answered a request with an error: `kind` is the name it gave, `data`
+    its whole answer."""
+
+    KIND: ClassVar[str] = "agent"
+
+    def __init__(self, host: str, what: str, detail: str = "", kind: str | None = None,
+                 data: Mapping[str, object] | None = None):
+        super().__init__(host, what, detail, kind=kind or self.KIND, data=dict(data or {}))
+
+
+class RunLive(AgentFailed):
+    """Another run is still live on the host: `data["run_id"]` names it."""
+
+    KIND: ClassVar[str] = "run_live"
+
+
+class PortTaken(AgentFailed):
+    """A port the plan leased for a task was taken on the host before the task bound it."""
+
+    KIND: ClassVar[str] = "port_taken"
+
+
+class NoRun(AgentFailed):
+    """The host has no record of the run asked about."""
+
+    KIND: ClassVar[str] = "no_run"
+
+
+_AGENT_KINDS: dict[str, type[AgentUnavailable] | type[AgentFailed]] = {
+    cls.KIND: cls for cls in (PythonMissing, AgentMissing, RunLive, PortTaken, NoRun)}
+
+
+def agent_error(host: str, answer: Mapping[str, object]) -> RemoteError:
+    """The error an agent's `{"ok": false, "kind": ..., "error": ...}` answer stands for: the
+    class its `kind` names, else `AgentFailed` carrying that kind."""
+    kind = str(answer.get("kind", "agent"))
+    what, detail = str(answer.get("error", "agent failed")), str(answer.get("detail", ""))
+    cls = _AGENT_KINDS.get(kind)
+    if cls is None:
+        return AgentFailed(host, what, detail, kind=kind, data=answer)
+    return cls(host, what, detail, data=answer)
 
 
 class GpusBusy(RemoteError):

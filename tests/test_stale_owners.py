@@ -106,6 +106,9 @@ def test_the_owner_cache_keeps_the_last_read_of_a_host_that_stops_answering(
 class DroppedPipe:
     """An agent session whose output ended without an answer or an exit status."""
 
+    booted = False
+    reused = False
+
     def __init__(self, link_lost: bool) -> None:
         self.link_lost = link_lost
         self.alive = True

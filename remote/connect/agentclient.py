@@ -27,12 +27,18 @@ import weakref
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK
 from tfctl.remote.connect.agent_program import agent_source
-from tfctl.remote.connect.transport import Transport, shell_path
-from tfctl.remote.errors import CommandFailed, HostUnreachable, RemoteError
+from tfctl.remote.connect.transport import Pipe, Transport, shell_path
+from tfctl.remote.errors import (
+    CommandFailed,
+    HostUnreachable,
+    PythonMissing,
+    RemoteError,
+    agent_error,
+)
 
 # A host's python that cannot even start answers with the shell's "not found" status.
 _NOT_FOUND = (126, 127)
@@ -122,25 +128,6 @@ def agent_command(python: str, workdir: str) -> str:
             f"exec \"$p\" -S -c {shell_path(BOOT)} {shell_path(where)} {p.size}")
 
 
-class Pipe(Protocol):
-    """A command with its stdin kept open (`SshTransport.open_pipe`): a raw paramiko channel
-    under the host's Fabric Connection, since requests and answers go line by line for as long
-    as the session lives, which Fabric's `run` (stdin from a stream, output at its end) cannot."""
-
-    @property
-    def alive(self) -> bool: ...
-
-    def send(self, data: bytes) -> None: ...
-
-    def read_line(self, timeout_s: float | None) -> bytes | None: ...
-
-    def finish(self, wait_s: float = ...) -> tuple[int | None, str]: ...
-
-    def end_input(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class _Sessions:
     """The idle agent sessions of one transport."""
 
@@ -196,10 +183,7 @@ def end_sessions(transports: Iterable[Transport], wait_s: float = 2.0) -> None:
     pipes = []
     for pool in pools:
         for pipe, owed in pool.drain():
-            release = getattr(pipe, "release", None)
-            if release is not None:  # lent by the holder (hold/): it keeps the session
-                release(owed)
-            else:
+            if not pipe.release(owed):  # one lent by the holder (hold/) stays with it
                 pipes.append(pipe)
     for pipe in pipes:
         pipe.end_input()
@@ -211,11 +195,12 @@ def end_sessions(transports: Iterable[Transport], wait_s: float = 2.0) -> None:
 def prestart(transport: Transport) -> None:
     """Connect and start the host's agent session now, without waiting for it, so that it is
     up when the first request comes (sync starts it before its local listing is done)."""
-    opener = getattr(transport, "open_pipe", None)
     sessions = _sessions_of(transport)
-    if opener is None or sessions.idle:
+    if sessions.idle:
         return
-    pipe = opener(agent_command(transport.host.python, transport.host.workdir))
+    pipe = transport.open_pipe(agent_command(transport.host.python, transport.host.workdir))
+    if pipe is None:
+        return
     _boot(pipe)
     sessions.give(pipe)
 
@@ -228,7 +213,7 @@ def post(transport: Transport, op: str, args: dict[str, Any] | None = None) -> N
     by the next call on that session, or the agent sees its input end after it (`end_sessions`)
     and exits. Without an idle session (or pipes) it is an ordinary call."""
     sessions = _sessions_of(transport)
-    taken = sessions.take() if getattr(transport, "open_pipe", None) is not None else None
+    taken = sessions.take()  # none where the transport has no pipes
     if taken is None:
         call(transport, op, args)
         return
@@ -246,27 +231,26 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
     """Run agent operation `op` on the transport's host and return its `result`."""
     request = json.dumps(dict(args or {}, op=op), default=str).encode() + b"\n"
     command = agent_command(transport.host.python, transport.host.workdir)
-    opener = getattr(transport, "open_pipe", None)
-    if opener is None:
-        res = transport.run(command, stdin=(payload().line + request).decode(),
-                            timeout_s=timeout_s)
-        answer = _marked(res.stdout.encode(errors="replace").splitlines())
-        if answer is None:
-            raise _no_answer(transport, op, res.exit_code, res.tail())
-        return _result(transport, answer)
     sessions = _sessions_of(transport)
     taken = sessions.take()
-    ack_timeout_s = timeout_s  # a new session: the interpreter may be slow to start
-    if taken is None:
-        pipe, owed = opener(command), 0
-        _boot(pipe)
-    else:
+    if taken is not None:
         pipe, owed = taken
-    if taken is not None or getattr(pipe, "reused", False):
+    else:
+        opened = transport.open_pipe(command)
+        if opened is None:  # no sessions on this transport: one process per operation
+            res = transport.run(command, stdin=(payload().line + request).decode(),
+                                timeout_s=timeout_s)
+            answer = _marked(res.stdout.encode(errors="replace").splitlines())
+            if answer is None:
+                raise _no_answer(transport, op, res.exit_code, res.tail())
+            return _result(transport, answer)
+        pipe, owed = opened, 0
+        _boot(pipe)
+    ack_timeout_s = timeout_s  # a new session: the interpreter may be slow to start
+    if taken is not None or pipe.reused:
         # a session already up (ours, or the holder's) acknowledges within a round trip, or
         # its link is dead
-        options = getattr(transport, "options", None)
-        link_s = float(getattr(options, "connect_timeout_s", 5.0))
+        link_s = transport.options.connect_timeout_s
         ack_timeout_s = link_s if timeout_s is None else min(timeout_s, link_s)
     try:
         for _ in range(owed):  # answers to posted requests: nobody waits for them
@@ -285,7 +269,7 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
 def _boot(pipe: Pipe) -> None:
     """Send a new session the agent's program (`BOOT` reads it first), unless it came booted
     (a session the holder lent, hold/borrow.py)."""
-    if not getattr(pipe, "booted", False):
+    if not pipe.booted:
         pipe.send(payload().line)
 
 
@@ -299,12 +283,12 @@ def _read_answer(pipe: Pipe, transport: Transport, op: str, timeout_s: float | N
             line = pipe.read_line(wait_s)
         except TimeoutError:
             if not acked:  # the link is dead: the next call connects afresh
-                getattr(transport, "drop_link", transport.close)()
+                transport.drop_link()
             raise HostUnreachable(transport.host.name, f"no answer within {wait_s:.0f} s "
                                   f"to agent {op}") from None
         if line is None:
             code, rest = pipe.finish()
-            if code in (None, -1) and getattr(pipe, "link_lost", False):
+            if code in (None, -1) and pipe.link_lost:
                 # Another call's timeout closed the host's connection (a cut link): the host
                 # is unreachable; nothing failed on it, so no "`python …` exited -1".
                 raise HostUnreachable(transport.host.name, f"the connection dropped during "
@@ -333,16 +317,14 @@ def _marked(lines: list[bytes]) -> dict[str, Any] | None:
 def _no_answer(transport: Transport, op: str, exit_code: int | None, tail: str) -> RemoteError:
     host = transport.host
     if exit_code in _NOT_FOUND:
-        return RemoteError(host.name, f"python {host.python!r} is not runnable there "
-                           f"(exit {exit_code}): set `python:` for this host in the "
-                           "inventory", tail, kind="python_missing")
+        return PythonMissing(host.name, f"python {host.python!r} is not runnable there "
+                             f"(exit {exit_code}): set `python:` for this host in the "
+                             "inventory", tail)
     return CommandFailed(host.name, f"{host.python} -S -c BOOT  # agent op {op}",
                          -1 if exit_code is None else exit_code, tail)
 
 
 def _result(transport: Transport, answer: dict[str, Any]) -> Any:
     if not answer.get("ok"):
-        raise RemoteError(transport.host.name, str(answer.get("error", "agent failed")),
-                          str(answer.get("detail", "")), kind=str(answer.get("kind", "agent")),
-                          data=answer)
+        raise agent_error(transport.host.name, answer)
     return answer.get("result")

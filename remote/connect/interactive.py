@@ -70,17 +70,11 @@ def run_session(transport: Transport, line: str, *, stdin: Any = None, stdout: A
     for stream in (stdout, stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-    if getattr(transport.host, "transport", "ssh") == "local":
+    link = transport.paramiko_transport
+    if link is None:  # a `transport: local` host: this machine
         return subprocess.call(["/bin/sh", "-c", line], stdin=stdin, stdout=stdout,
                                stderr=stderr)
-    from tfctl.remote.connect.ssh import SshTransport
-
-    own = getattr(transport, "own", None)  # a command that keeps connections (hold/borrow.py)
-    if own is not None:
-        transport = own()
-    assert isinstance(transport, SshTransport)
-    channel = transport.paramiko_transport.open_session(
-        timeout=transport.options.connect_timeout_s)
+    channel = link.open_session(timeout=transport.options.connect_timeout_s)
     try:
         terminal = _isatty(stdin) and _isatty(stdout)
         if terminal:

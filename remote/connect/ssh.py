@@ -107,6 +107,13 @@ class SshTransport:
                 self._conn.close()
                 self._conn = None
 
+    def drop_link(self) -> None:
+        """The host did not answer in time: the next request connects afresh."""
+        self.close()
+
+    def sftp(self) -> paramiko.SFTPClient:
+        return self.connection().sftp()
+
     @property
     def paramiko_transport(self) -> paramiko.Transport:
         """The paramiko Transport under the host's Fabric Connection (the tunnel forwards its
@@ -234,7 +241,11 @@ class SshStream:
 
 
 class SshPipe:
-    """Lines to and from a long-running command on one channel (the agent's session)."""
+    """Lines to and from a long-running command on one channel (the agent's session), started
+    by this command: it sends the agent its program, and ends the session itself."""
+
+    booted = False
+    reused = False
 
     def __init__(self, channel: paramiko.Channel):
         self.channel = channel
@@ -295,6 +306,9 @@ class SshPipe:
         rest = bytes(self._buffer).decode(errors="replace")
         self.close()
         return code, rest
+
+    def release(self, owed: int) -> bool:
+        return False  # this command's own: `end_input` and `finish` end it
 
     def close(self) -> None:
         self._broken = True

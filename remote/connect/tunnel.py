@@ -212,11 +212,11 @@ class Tunnel:
                     return self._link
                 self._drop_link("connection closed")
             transport = self._transport()
-            if getattr(type(transport), "paramiko_transport", None) is None:
+            # SshTransport reconnects by itself when its connection is no longer active.
+            link = transport.paramiko_transport
+            if link is None:
                 raise TunnelError(self.host, f"its {type(transport).__name__} cannot forward "
                                   "ports (needs an SSH transport)")
-            # SshTransport reconnects by itself when its connection is no longer active.
-            link: paramiko.Transport = transport.paramiko_transport  # type: ignore[attr-defined]
             link.set_keepalive(max(1, round(self.keepalive_s)))
             self._link = link
             if self.state == "reconnecting":

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.host_scripts import host_script, render
 from tfctl.remote.connect.transport import Stream, Transport
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import HostUnreachable, RemoteError
 from tfctl.remote.gpus.history import (
     DEFAULT_HISTORY_LENGTH,
     DEFAULT_STALE_AFTER_S,
@@ -158,7 +158,8 @@ class _Ended:
     why: str
     got_block: bool = False
     no_devices: bool = False
-    kind: str | None = None  # `RemoteError.kind`: "unreachable" when the host did not answer
+    kind: str | None = None  # `RemoteError.kind`, kept with the host's telemetry
+    unreachable: bool = False  # the host did not answer (`HostUnreachable`)
 
 
 class TelemetryHub:
@@ -271,7 +272,8 @@ class TelemetryHub:
                 ended = _Ended(probe.error) if probe.error else self._follow(
                     host, transport, probe)
             except RemoteError as exc:
-                ended = _Ended(str(exc), kind=exc.kind)
+                ended = _Ended(str(exc), kind=exc.kind,
+                                unreachable=isinstance(exc, HostUnreachable))
             except Exception as exc:  # a reader thread must never die silently: say why
                 ended = _Ended(f"telemetry failed: {type(exc).__name__}: {exc}")
             if self._stop.is_set():
@@ -283,7 +285,7 @@ class TelemetryHub:
             self._set_error(host, ended, tried)
             wait = min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
             self._stop.wait(min(wait, self.unreachable_retry_s)
-                            if ended.kind == "unreachable" else wait)
+                            if ended.unreachable else wait)
 
     def _probe(self, transport: Transport) -> Probe:
         result = transport.run(probe_script(), timeout_s=max(10.0, self.silence_s))

@@ -19,6 +19,7 @@ from tfctl.inventory.plan import Plan, host_port
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.transport import Transport
+from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.busy import find_busy_gpus
 
 Level = Literal["ok", "info", "warn", "fail"]
@@ -50,7 +51,7 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     reports = {h.name: HostReport(h.name) for h in inv.hosts}
     probes = fleet.map(lambda t: _probe(t, plan))
     for name, exc in probes.failed.items():
-        reports[name].add("fail", exc.full() if exc.kind != "unreachable" else str(exc.what))
+        reports[name].add("fail", str(exc.what) if isinstance(exc, HostUnreachable) else exc.full())
     for name, (probe, gpu_indices) in probes.succeeded.items():
         reports[name].probe = probe
         _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from tfctl.inventory.plan import Plan, Task
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import RemoteError, RunLive
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.endrule import deciders, end_rule
 from tfctl.remote.runs.failure import explain
@@ -177,12 +177,10 @@ def _prepare(t: Any, plan: Plan, run_id: str, start_timeout_s: float) -> None:
     manifest = host_manifest(plan, host.name, run_id, start_timeout_s)
     try:
         agentops.prepare(t, host.workdir, run_id, manifest)
-    except RemoteError as exc:
-        if exc.kind == "run_live":
-            live = exc.data.get("run_id", "?")
-            raise LaunchFailed(host.name, f"run {live} is still live there: run `tfctl down` "
-                                          "first") from None
-        raise
+    except RunLive as exc:
+        live = exc.data.get("run_id", "?")
+        raise LaunchFailed(host.name, f"run {live} is still live there: run `tfctl down` "
+                                      "first") from None
 
 
 def _start_phase(fleet: Fleet, plan: Plan, run_id: str, phase: tuple[str, ...],

@@ -49,7 +49,7 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect import agentclient, agentops
 from tfctl.remote.connect.agentops import StatusAnswer, UpCheck
 from tfctl.remote.connect.fleet import Fleet, FleetResult
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import PortTaken, RemoteError, RunLive
 from tfctl.remote.runs.launch import (
     PHASES,
     WAIT_ROUND_S,
@@ -334,13 +334,11 @@ def _go_host(t: Any, run_id: str, names: list[str], manifest: Mapping[str, Any] 
                                     timeout_s=min(left, WAIT_ROUND_S),
                                     status_tail=1 if final else None, verify_ports=verify,
                                     lease_token=token)
-        except RemoteError as exc:
-            if exc.kind == "run_live":
-                raise LaunchFailed(host.name, f"run {exc.data.get('run_id', '?')} is still "
-                                              "live there: run `tfctl down` first") from None
-            if exc.kind == "port_taken":
-                raise LaunchFailed(host.name, f"{exc.what}: run `tfctl up` again") from None
-            raise
+        except RunLive as exc:
+            raise LaunchFailed(host.name, f"run {exc.data.get('run_id', '?')} is still "
+                                          "live there: run `tfctl down` first") from None
+        except PortTaken as exc:
+            raise LaunchFailed(host.name, f"{exc.what}: run `tfctl up` again") from None
         manifest, launch, verify = None, [], []
         done.update({n: s for n, s in answer.waited.items() if last or s.state != "timeout"})
         pending = [n for n in pending if n not in done]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tfctl.inventory.plan import Task
 from tfctl.remote.connect import agentops
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import NoRun, RemoteError
 from tfctl.remote.runs.status import TaskStatus
 
 if TYPE_CHECKING:
@@ -91,10 +91,8 @@ def _host_tasks(controller: RunController, host: str) -> tuple[TaskStatus, ...]:
     """The current run's tasks on `host` as the host reports them (none if it lost the run)."""
     try:
         return controller.host_status(host)
-    except RemoteError as exc:
-        if exc.kind == "no_run":  # the state file names a run this host has no record of
-            return ()
-        raise
+    except NoRun:  # the state file names a run this host has no record of
+        return ()
 
 
 def _relaunch(controller: RunController, task: Task, run_id: str,

@@ -22,7 +22,7 @@ from typing import Any
 from tfctl.remote.agent.sync import entry_signature
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.transport import Transport
-from tfctl.remote.errors import HostUnreachable, RemoteError
+from tfctl.remote.errors import AgentUnavailable, HostUnreachable, RemoteError
 
 PUT_MAX_BYTES = 4 * 1024 * 1024
 PUT_MAX_FILES = 256
@@ -57,11 +57,9 @@ def put_changed(t: Transport, source: str, dest: str, differ: list[str],
         return Put((), 0, tuple(differ))
     try:
         answer = agentops.put_files(t, dest, files, timeout_s=120)
-    except HostUnreachable:
-        raise  # rsync would not get through either
-    except RemoteError as exc:
-        if exc.kind in ("python_missing", "agent_missing"):
-            raise
+    except (HostUnreachable, AgentUnavailable):
+        raise  # rsync would not get through either; the agent cannot run there
+    except RemoteError:
         return Put((), 0, tuple(differ))  # e.g. a folder where the file goes: rsync handles it
     done = set(answer.written)
     return Put(answer.written, answer.bytes, tuple(p for p in differ if p not in done))

@@ -37,7 +37,7 @@ from tfctl.remote.connect import agentclient, agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.local import LocalTransport
 from tfctl.remote.connect.transport import SshOptions, Transport, shell_path
-from tfctl.remote.errors import CommandFailed, RemoteError
+from tfctl.remote.errors import CommandFailed, PythonMissing, RemoteError
 from tfctl.remote.sync.put import new_sync, put_changed, worth_putting
 from tfctl.remote.sync.result import SyncResult
 
@@ -127,9 +127,7 @@ def sync_host(t: Transport, source: str, inv: Inventory, options: SshOptions, de
     listed = listing() if listing else source_listing(source, inv)
     try:
         diff = agentops.sync_diff(t, host.workdir, listed.blob or _EMPTY, timeout_s=60)
-    except RemoteError as exc:
-        if exc.kind != "python_missing":
-            raise
+    except PythonMissing:
         # The host's python may be what job.setup creates after this sync: sync as rsync alone
         # would, after a shell round trip for what the agent would have said.
         diff = agentops.SyncDiff(*_prepare_dest(t), count=None)
@@ -246,9 +244,7 @@ BRIDGE_STUB = 'import os;exec(os.environ["TFCTL_RSYNC_BRIDGE"])'
 
 def run_rsync(t: Transport, argv: list[str], files_from: str
                ) -> subprocess.CompletedProcess[str]:
-    relay: Callable[[socket.socket, str], tuple[int | None, str]] | None = getattr(
-        t, "relay", None)
-    if relay is None or "-e" not in argv:
+    if "-e" not in argv:  # a local host: rsync copies by itself
         return subprocess.run(argv, capture_output=True, text=True, errors="replace",
                               input=files_from)
     ours, theirs = socket.socketpair()
@@ -261,7 +257,7 @@ def run_rsync(t: Transport, argv: list[str], files_from: str
                                     pass_fds=(theirs.fileno(),),
                                     env={**os.environ, "TFCTL_RSYNC_BRIDGE": BRIDGE})
         remote: dict[str, tuple[int | None, str]] = {}
-        serve = threading.Thread(target=lambda: remote.update(done=_serve_bridge(relay, ours)),
+        serve = threading.Thread(target=lambda: remote.update(done=_serve_bridge(t.relay, ours)),
                                  name=f"rsync-{t.host.name}", daemon=True)
         serve.start()
         out, err = proc.communicate(files_from)

@@ -12,11 +12,10 @@ from tfctl.remote.sync.result import SyncResult
 
 
 def sftp_sync(t: Transport, source: str, dest: str, files: list[str]) -> SyncResult:
-    connection = getattr(t, "connection", None)
-    if connection is None:
+    sftp = t.sftp()
+    if sftp is None:
         raise RemoteError(t.host.name, "rsync is missing and this transport has no SFTP",
                           kind="sync")
-    sftp = connection().sftp()
     changed: list[str] = []
     nbytes = 0
     made: set[str] = set()

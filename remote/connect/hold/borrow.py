@@ -125,12 +125,13 @@ class HeldPipe:
         self.close()
         return answer.get("code"), str(answer.get("rest", ""))
 
-    def release(self, owed: int) -> None:
+    def release(self, owed: int) -> bool:
         """Hand the session back between two requests (`owed` answers to posted requests still
         to come, which the holder reads and drops)."""
         with contextlib.suppress(OSError):
             place.send_json(self.sock, place.RELEASE, {"owed": owed})
         self.close()
+        return True
 
     def close(self) -> None:
         self._ended = True
@@ -258,6 +259,9 @@ class HeldTransport:
     @property
     def paramiko_transport(self) -> paramiko.Transport:
         return self.own().paramiko_transport
+
+    def sftp(self) -> paramiko.SFTPClient:
+        return self.own().sftp()
 
     def close(self) -> None:
         with self._lock:
