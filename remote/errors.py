@@ -143,7 +143,19 @@ def agent_error(host: str, answer: Mapping[str, object]) -> RemoteError:
     return cls(host, what, detail, data=answer)
 
 
-class GpusBusy(RemoteError):
+class FleetError(RemoteError):
+    """A failure of the run or the lab as a whole, no one host's (no host remembers the run, GPUs
+    busy across the plan, an engine that cannot do what was asked): `host` is empty and the
+    message is `what` alone."""
+
+    def __init__(self, what: str, detail: str = "", kind: str = "fleet") -> None:
+        super().__init__("", what, detail, kind=kind)
+
+    def __str__(self) -> str:
+        return self.what
+
+
+class GpusBusy(FleetError):
     """GPUs the plan assigns are held by processes that are not this run's, or claimed by another
     user's run or reservation (remote/lab/claims.py): nothing was started.
 
@@ -155,7 +167,7 @@ class GpusBusy(RemoteError):
     def __init__(self, holders: tuple[str, ...], free: str) -> None:
         self.holders = holders
         self.free = free
-        super().__init__("(fleet)", "GPUs the plan assigns are in use or reserved by others: "
+        super().__init__("GPUs the plan assigns are in use or reserved by others: "
                          + "; ".join(holders), kind="gpus_busy")
 
 
