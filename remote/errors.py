@@ -8,7 +8,7 @@ Every failure a caller tells apart is a class; callers catch the class, never co
 records that outlive the exception (a host's last poll error). The tree, as httpx's
 `_exceptions.py` draws its own (encode/httpx, httpx/_exceptions.py):
 
-    RemoteError                a host (or the fleet) failed what was asked of it
+    RemoteError                a host failed what was asked of it
     ├── HostUnreachable        no answer: connect refused or timed out, the link dropped
     ├── HostKeyRefused         the host's key is not the one known_hosts names
     ├── AuthRefused            no key or password was accepted
@@ -20,10 +20,12 @@ records that outlive the exception (a host's last poll error). The tree, as http
     │   ├── RunLive            another run is still live on the host (`data["run_id"]`)
     │   ├── PortTaken          a port the plan leased was taken before the task bound it
     │   └── NoRun              the host has no record of the run asked about
-    └── GpusBusy               GPUs the plan assigns are held by others
+    └── FleetError             the run or the lab as a whole failed, no one host (`host` is "")
+        └── GpusBusy           GPUs the plan assigns are held by others
 
 Failures of one step keep their own classes beside the step (`LaunchFailed` in
-runs/launch.py, `TunnelFailed` in connect/tunnel.py, ...), each a `RemoteError`.
+runs/launch.py, `TunnelFailed` in connect/tunnel.py, `EngineRefused` (a FleetError) in
+runs/engine.py, ...), each a `RemoteError`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ it there over tfctl's own SSH connection. `submit` syncs the code once to `slurm
 the cluster's shared filesystem, so every node sees it; `remote/sync/rsync.py`, the lab's sync),
 writes the script `tfctl export slurm` prints into `<workdir>/.tfctl/slurm/`, runs `sbatch
 --parsable` there and remembers the job in the state file beside the inventory (as a lab run is
-remembered, `remote/runs/current.py`, with `engine: slurm`). `RunController` then hands status,
-logs, wait and down to a `SlurmRun` (`remote/engines/slurm_read.py` reads the state).
+remembered, `remote/runs/current.py`, with `engine: slurm`). A `SlurmRun` is then the run's
+`Engine` (remote/runs/engine.py): `RunController` hands it status, logs, wait and down
+(`remote/engines/slurm_read.py` reads the state), and it refuses `restart`: Slurm restarts a
+job's tasks only inside the job.
 
 `cancel` is `scancel`: Slurm signals every step (SIGTERM, SIGKILL after its `KillWait`) and the
 job leaves `COMPLETING` only once every step's processes are gone, which is what `down` waits
@@ -23,7 +25,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.errors import InventoryError
 from tfctl.inventory.model import Host, Inventory, Slurm
@@ -39,9 +41,14 @@ from tfctl.remote.engines.slurm_read import (
     read_job,
 )
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.runs.current import read_state, state_path
-from tfctl.remote.runs.status import describe_error, describe_fatal
+from tfctl.remote.runs.current import CurrentRun, read_state, state_path
+from tfctl.remote.runs.engine import DownSummary, EngineRefused, StatusReport, WaitResult
+from tfctl.remote.runs.status import TaskStatus, describe_error, describe_fatal
 from tfctl.remote.sync.result import SyncResult
+
+if TYPE_CHECKING:
+    from tfctl.remote.runs.logs import LogFollower
+    from tfctl.remote.runs.relaunch import RestartResult
 
 Say = Callable[[str], None]
 ENGINE = "slurm"
@@ -141,14 +148,32 @@ class SlurmRun:
     def status(self, tail: int = 1) -> SlurmStatus:
         return read_job(self.transport, self._job(), tail)
 
+    def status_report(self, tail: int = 1) -> StatusReport:
+        found = self.status(tail)
+        return StatusReport(CurrentRun(found.run_id, self.source(found), ()), found, ())
+
     def tasks_on(self, host: str) -> set[str]:
         """The tasks planned on lab host `host` (each runs on the node that stands for it)."""
         return {t.name for t in self._job().tasks if t.host == host}
 
-    def log_follower(self, tasks: set[str] | None = None) -> SlurmLogFollower:
-        return SlurmLogFollower(self.transport, self._job(), tasks)
+    def host_status(self, host: str) -> tuple[TaskStatus, ...]:
+        """The tasks planned on lab host `host`, wherever Slurm runs them."""
+        planned = self.tasks_on(host)
+        return tuple(t for t in self.status().tasks if t.name in planned)
 
-    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> SlurmStatus | None:
+    def log_follower(self, tasks: set[str] | None = None) -> LogFollower:
+        """A `SlurmLogFollower`: `LogFollower`'s `poll` over the job's output files."""
+        return SlurmLogFollower(self.transport, self._job(), tasks)  # type: ignore[return-value]
+
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0,
+             on_event: Say | None = None) -> WaitResult:
+        """Block until the job has ended, or `timeout` seconds pass (`timed_out`)."""
+        found = self.ended(timeout, poll_s)
+        if found is None:
+            return WaitResult(str(self.run_id), False, timed_out=True)
+        return WaitResult(found.run_id, True, found.exit_code, self.fatal_words(found))
+
+    def ended(self, timeout: float | None = None, poll_s: float = 1.0) -> SlurmStatus | None:
         """Block until the job has ended (None after `timeout` seconds): Slurm ended it, or its
         script did and nothing but TensorBoard still runs (it may be kept until the limit)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -210,13 +235,29 @@ class SlurmRun:
         return running, (f"Slurm job {job.job_id} still has steps after scancel: "
                          f"{steps or 'state ' + self.status().job_state}")
 
-    def down(self, grace_s: float, say: Say | None = None
-             ) -> tuple[tuple[str, ...], dict[str, RemoteError]]:
+    def down(self, grace_s: float = 10.0, on_event: Say | None = None) -> DownSummary:
         """`cancel` as `down` reports it: the tasks stopped, and the submit host's error if
         steps of the job remain."""
-        stopped, problem = self.cancel(grace_s, say)
-        return stopped, ({} if problem is None else {
-            self.host.name: RemoteError(self.host.name, problem, kind="stop")})
+        stopped, problem = self.cancel(grace_s, on_event)
+        errors: dict[str, RemoteError] = {} if problem is None else {
+            self.host.name: RemoteError(self.host.name, problem, kind="stop")}
+        return DownSummary(self.run_id, stopped, tuple(errors), errors=errors)
+
+    def rollback(self, run_id: str, cause: str | None = None) -> str:
+        """`scancel` the job `up --on slurm` submitted (Slurm's accounting keeps its end; `cause`
+        is not recorded)."""
+        if self.job is None:
+            return "nothing had started"
+        self.cancel(5.0)
+        return f"cancelled Slurm job {run_id.removeprefix('slurm-')}"
+
+    def restart_task(self, task: str) -> None:
+        raise EngineRefused("a Slurm run's task restarts only inside its job, as `restart:` "
+                            "says: `tfctl down` and `up --on slurm` again")
+
+    def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
+        raise EngineRefused("a Slurm run's tasks are Slurm's to start again: `tfctl down` "
+                            "and `up --on slurm`")
 
     @staticmethod
     def source(st: SlurmStatus) -> str:
