@@ -30,8 +30,8 @@ def cluster_address(host: Host) -> str:
         return host.address
     try:
         name = _hostname(host)
-    except RemoteError:  # a config ssh cannot read: connecting says so, `plan` still plans
-        return host.address
+    except (RemoteError, ValueError):  # a config ssh cannot read, or an address no argv can
+        return host.address           # carry (a NUL byte): connecting says so, `plan` still plans
     # OpenSSH lowercases a name it did not rewrite: keep the address as it was written then.
     return host.address if name.lower() == host.address.lower() else name
 

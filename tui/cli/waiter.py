@@ -86,10 +86,9 @@ def wait(path: str) -> int:
                     log(f"ticket gone from {', '.join(lost)}: queued there again")
                     put(fleet, ticket_id, record["job"], {h: wants[h] for h in lost},
                         record.get("client"))
+            why = found.why()
         except Exception as exc:  # an inventory edited meanwhile, a host down: look again
             found, why = None, f"cannot look: {exc}"
-        else:
-            why = found.why()
         if found is not None and found.ready:
             code, run_id, err = run_up(record, stop)
             if code == 0:
