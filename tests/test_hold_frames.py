@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +98,46 @@ def test_the_socket_folder_is_the_users_alone(tmp_path, monkeypatch) -> None:  #
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert place.socket_path().parent == tmp_path / "cache" / "tfctl" / "hold"
+
+
+STARTER_THAT_LEAVES = """
+import os, subprocess, sys
+from tfctl.remote.connect.hold import place
+path = sys.argv[1]
+server, lock = place.bind(path)
+holder = subprocess.Popen(
+    [sys.executable, "-m", "tfctl.remote.connect.hold.holder", path, "0.5", str(lock),
+     str(server.fileno()), str(os.getpid())],
+    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+    close_fds=True, pass_fds=(lock, server.fileno()))
+print(holder.pid, flush=True)
+os._exit(0)  # gone before the holder's interpreter has started
+"""
+
+
+def test_a_holder_whose_starter_left_before_it_looked_ends_after_its_persist_time(
+    tmp_path: Path,
+) -> None:
+    """The starter is told by the pid it passes, not by the holder's parent at its first look:
+    a starter gone by then leaves init as the parent, which is no client."""
+    path = str(tmp_path / "h.sock")
+    started = subprocess.run([sys.executable, "-c", STARTER_THAT_LEAVES, path],
+                             capture_output=True, text=True, check=True, timeout=60)
+    pid = int(started.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") \
+            and _state(pid) != "Z":
+        time.sleep(0.2)
+    alive = os.path.exists(f"/proc/{pid}") and _state(pid) != "Z"
+    if alive:
+        os.kill(pid, 15)
+    assert not alive, "the holder outlived its persist time: it took init for its starter"
+    assert not os.path.exists(path)  # it removed its socket on its way out
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"

@@ -167,7 +167,7 @@ def start_holder(persist_s: float) -> bool:
             try:
                 _started.append(subprocess.Popen(
                     [sys.executable, "-m", "tfctl.remote.connect.hold.holder", path,
-                     str(persist_s), str(lock), str(server.fileno())],
+                     str(persist_s), str(lock), str(server.fileno()), str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                     start_new_session=True, close_fds=True, pass_fds=(lock, server.fileno())))
             finally:

@@ -244,7 +244,9 @@ def main(argv: list[str]) -> int:
     holder = Holder(persist_s)
     signal.signal(signal.SIGTERM, lambda *_: holder.stop.set())
     threading.Thread(target=_accept, args=(server, holder), daemon=True).start()
-    starter = os.getppid()
+    # The command that started it, by the pid it passed: a command that exited before this
+    # line would otherwise leave init (pid 1) as the parent compared with, a client forever.
+    starter = int(argv[4])
     while not holder.stop.wait(0.2):
         if starter and os.getppid() == starter:
             holder.touch()  # the command that started it is a client until it exits
