@@ -39,13 +39,16 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path
 
 
+NOT_YET = "nvidia-smi had not answered the recorder yet"
+"""What gpus.json says from the recorder's start until nvidia-smi has answered."""
+
+
 def _record(run_dir: Path, until_samples: int = 0, limit_s: float = 30.0) -> dict[str, object]:
     """Run a recorder until gpu.csv holds `until_samples` lines or gpus.json says why not."""
     run_dir.mkdir(exist_ok=True)
     recorder = GpuRecorder(str(run_dir), "r1")
     recorder.start()
-    assert json.loads((run_dir / "gpus.json").read_text())["unrecorded"] == \
-        "nvidia-smi had not answered the recorder yet"  # until it does
+    assert json.loads((run_dir / "gpus.json").read_text())["unrecorded"] == NOT_YET  # until it does
     recorder.asked.wait(limit_s)
     deadline = time.monotonic() + limit_s
     info: dict[str, object] = {}
@@ -55,7 +58,8 @@ def _record(run_dir: Path, until_samples: int = 0, limit_s: float = 30.0) -> dic
             info = json.loads(gpus.read_text()) if gpus.exists() else {}
             lines = (run_dir / "gpu.csv").read_text().splitlines() \
                 if (run_dir / "gpu.csv").exists() else []
-            if "unrecorded" in info or (until_samples and len(lines) >= until_samples):
+            known = info.get("unrecorded", NOT_YET) != NOT_YET  # a reason, not the placeholder
+            if known or (until_samples and len(lines) >= until_samples):
                 return info
             time.sleep(0.2)
     finally:
