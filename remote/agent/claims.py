@@ -150,6 +150,46 @@ def parse_claim(raw: Any) -> dict[str, Any]:
     return claim
 
 
+class Owned:
+    """A file of the shared folder read without trusting it: its bytes, and its owner as the
+    opened file's uid says (never its content)."""
+
+    def __init__(self, data: bytes, uid: int, user: str) -> None:
+        self.data, self.uid, self.user = data, uid, user
+
+
+def read_owned(path: str, what: str, named_user: str, max_bytes: int) -> Owned | str | None:
+    """The file at `path` as `Owned`, a one-line warning why it was skipped, or None when it
+    is gone. Another user's data: a link is never followed (lstat, then O_NOFOLLOW), only a
+    regular file of at most `max_bytes` is read, and its owner must be the user its name says
+    (`named_user`), so nobody leaves a file under another's name."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # removed meanwhile
+    if stat.S_ISLNK(st.st_mode):
+        return f"skipped {what} {path}: a symbolic link (not followed)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"skipped {what} {path}: not a regular file"
+    if st.st_size > max_bytes:
+        return f"skipped {what} {path}: {st.st_size} bytes, over {max_bytes}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"skipped {what} {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return f"skipped {what} {path}: not a regular file"
+        data = f.read(max_bytes + 1)
+    owner = user_name(st.st_uid)
+    if owner != named_user:
+        return f"skipped {what} {path}: named after user {named_user} but owned by {owner}"
+    if len(data) > max_bytes:
+        return f"skipped {what} {path}: over {max_bytes} bytes"
+    return Owned(data, st.st_uid, owner)
+
+
 def _read_one(folder: str, name: str) -> tuple[dict[str, Any] | None, str | None]:
     """(claim, None), (None, warning), or (None, None) for a file that is no claim's name."""
     parts = name.split(".")
@@ -157,38 +197,16 @@ def _read_one(folder: str, name: str) -> tuple[dict[str, Any] | None, str | None
         return None, None  # a temporary file being written, or not ours
     named_user, kind = parts[0], parts[1]
     path = os.path.join(folder, name)
+    found = read_owned(path, "claim", named_user, MAX_CLAIM_BYTES)
+    if not isinstance(found, Owned):
+        return None, found
     try:
-        st = os.lstat(path)
-    except OSError:
-        return None, None  # removed meanwhile
-    if stat.S_ISLNK(st.st_mode):
-        return None, f"skipped claim {path}: a symbolic link (not followed)"
-    if not stat.S_ISREG(st.st_mode):
-        return None, f"skipped claim {path}: not a regular file"
-    if st.st_size > MAX_CLAIM_BYTES:
-        return None, f"skipped claim {path}: {st.st_size} bytes, over {MAX_CLAIM_BYTES}"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        return None, f"skipped claim {path}: {exc.strerror or exc}"
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return None, f"skipped claim {path}: not a regular file"
-        data = f.read(MAX_CLAIM_BYTES + 1)
-    owner = user_name(st.st_uid)
-    if owner != named_user:
-        return None, (f"skipped claim {path}: named after user {named_user} but owned by "
-                      f"{owner}")
-    if len(data) > MAX_CLAIM_BYTES:
-        return None, f"skipped claim {path}: over {MAX_CLAIM_BYTES} bytes"
-    try:
-        claim = parse_claim(json.loads(data.decode("utf-8")))
+        claim = parse_claim(json.loads(found.data.decode("utf-8")))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         return None, f"skipped claim {path}: {str(exc)[:120] or type(exc).__name__}"
     if claim["kind"] != kind:
         return None, f"skipped claim {path}: its name says {kind}, its record {claim['kind']}"
-    claim.update(file=name, uid=st.st_uid, user=owner)
+    claim.update(file=name, uid=found.uid, user=found.user)
     return claim, None
 
 

@@ -24,11 +24,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import time
 from typing import Any
 
-from tfctl.remote.agent.claims import claims_dir, ensure_folder, folder_problem
+from tfctl.remote.agent.claims import (
+    Owned,
+    claims_dir,
+    ensure_folder,
+    folder_problem,
+    read_owned,
+)
 from tfctl.remote.agent.lab import _claims_answer, describe_holder, query_gpus
 from tfctl.remote.agent.main import OPS, need
 from tfctl.remote.agent.proc import user_name
@@ -82,31 +87,14 @@ def _ticket_read(folder: str, name: str) -> tuple[dict[str, Any] | None, str | N
             or parts[1] != "ticket":
         return None, None
     path = os.path.join(folder, name)
+    found = read_owned(path, "ticket", parts[0], TICKET_MAX_BYTES)
+    if not isinstance(found, Owned):
+        return None, found
     try:
-        st = os.lstat(path)
-    except OSError:
-        return None, None
-    if stat.S_ISLNK(st.st_mode):
-        return None, f"skipped ticket {path}: a symbolic link (not followed)"
-    if not stat.S_ISREG(st.st_mode) or st.st_size > TICKET_MAX_BYTES:
-        return None, f"skipped ticket {path}: not a regular file under {TICKET_MAX_BYTES} bytes"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        return None, f"skipped ticket {path}: {exc.strerror or exc}"
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        data = f.read(TICKET_MAX_BYTES + 1)
-    owner = user_name(st.st_uid)
-    if not stat.S_ISREG(st.st_mode) or len(data) > TICKET_MAX_BYTES:
-        return None, f"skipped ticket {path}: not a regular file under {TICKET_MAX_BYTES} bytes"
-    if owner != parts[0]:
-        return None, f"skipped ticket {path}: named after user {parts[0]} but owned by {owner}"
-    try:
-        ticket = parse_ticket(json.loads(data.decode("utf-8")))
+        ticket = parse_ticket(json.loads(found.data.decode("utf-8")))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         return None, f"skipped ticket {path}: {str(exc)[:120] or type(exc).__name__}"
-    ticket.update(file=name, uid=st.st_uid, user=owner)
+    ticket.update(file=name, uid=found.uid, user=found.user)
     return ticket, None
 
 
