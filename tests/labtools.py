@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,15 @@ def aliased_jump_inventory(lab: Any, tmp: Path, job: dict[str, Any], *, include:
     inv = (folder or job_dir(tmp)) / "cluster.yaml"
     inv.write_text(yaml.safe_dump(data))
     return inv, home
+
+
+def wait_until(what: str, check: Any, timeout_s: float) -> Any:
+    """`check()`'s first truthy answer, asked every 0.5 s; an AssertionError naming `what`
+    once `timeout_s` has passed without one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.lab.lab import Lab
-from tests.labtools import job_dir, run_id_from, task_pid, tfctl
+from tests.labtools import job_dir, run_id_from, task_pid, tfctl, wait_until
 from tests.tmuxpane import Pane
 
 pytestmark = pytest.mark.lab
@@ -34,16 +34,6 @@ def _status(inv: Path) -> dict[str, Any]:
     done = tfctl(inv, "--connect-timeout", "3", "status", "--json", timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     return dict(json.loads(done.stdout))
-
-
-def _until(what: str, check: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
@@ -64,7 +54,7 @@ def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
         lab.cut_from("h2", ["h1"])
         cut_at = time.time()
 
-        st = _until("h2's silence in status --json",
+        st = wait_until("h2's silence in status --json",
                     lambda: (s := _status(inv))["silences"] and s, 30)
         (silence,) = st["silences"]
         assert (silence["host"], silence["task"], silence["task_host"], silence["address"]) == (
@@ -100,7 +90,7 @@ def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
         assert st["job_ended"] is False
 
         lab.heal("h2")
-        _until("the silence gone after the heal", lambda: not _status(inv)["silences"], 30)
+        wait_until("the silence gone after the heal", lambda: not _status(inv)["silences"], 30)
         if pane is not None:
             pane.wait("the finding gone after the heal",
                       lambda screen: "cannot reach" not in screen, 60)
@@ -131,12 +121,12 @@ def test_a_whole_host_cut_for_30_s_keeps_its_tasks(isolated_lab: Lab, tmp_path: 
         assert "h2 unreachable since" in table.stdout, table.stdout + table.stderr
         time.sleep(max(0.0, cut_at + REFUSED_PORT_GRACE_S + 10 - time.time()))
         lab.heal("h2")
-        st = _until("h2 answering", lambda: (s := _status(inv))["hosts"]["h2"]["reachable"]
+        st = wait_until("h2 answering", lambda: (s := _status(inv))["hosts"]["h2"]["reachable"]
                     and s, 60)
         assert {t["name"]: t["state"] for t in st["tasks"]} == {
             "ps:0": "running", "ps:1": "running", "worker:0": "running", "worker:1": "running"}
         assert {t: task_pid(run_id, t) for t in on_h2} == on_h2  # the same processes
-        _until("h2's silence gone after the heal", lambda: not _status(inv)["silences"], 30)
+        wait_until("h2's silence gone after the heal", lambda: not _status(inv)["silences"], 30)
         assert not (lab.host("h2").workdir / ".tfctl" / "runs" / run_id / "finished.json"
                     ).exists()
     finally:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.lab.lab import Lab
-from tests.labtools import examples_job_dir, run_id_from, task_pid, tfctl
+from tests.labtools import examples_job_dir, run_id_from, task_pid, tfctl, wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.tf, pytest.mark.slow]
 
@@ -42,16 +42,6 @@ def _status(inv: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-def _until(what: str, check: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
         isolated_lab: Lab, tmp_path: Path) -> None:
     lab = isolated_lab
@@ -62,7 +52,7 @@ def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
         assert up.returncode == 0, up.stdout + up.stderr
         run_id = run_id_from(up.stdout)
         log = lab.host("h1").workdir / ".tfctl" / "runs" / run_id / "worker-0.log"
-        _until("worker:0 training", lambda: log.exists() and "steps_per_sec=" in
+        wait_until("worker:0 training", lambda: log.exists() and "steps_per_sec=" in
                log.read_text(), 180)
         on_h2 = {t: task_pid(run_id, t) for t in ("ps:1", "worker:1")}
         lab.cut_from("h2", ["h1"])
@@ -71,7 +61,7 @@ def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
         assert all(on_h2.values()), on_h2
 
         # During the cut: h2 named, with the task it cannot reach and since when.
-        st = _until("h2's silence in status", lambda: (s := _status(inv))["silences"] and s, 30)
+        st = wait_until("h2's silence in status", lambda: (s := _status(inv))["silences"] and s, 30)
         assert [(s["host"], s["task"]) for s in st["silences"]] == [("h2", "worker:0")]
         time.sleep(max(0.0, cut_at + 40 - time.monotonic()))  # past the 20 s of a refusal
         table = tfctl(inv, "--connect-timeout", "3", "status", timeout=60)
@@ -88,8 +78,8 @@ def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
         healed_at = time.monotonic()
         assert {t: task_pid(run_id, t) for t in on_h2} == on_h2  # never stopped
         before = log.read_text().count("steps_per_sec=")
-        _until("worker:0 training again", lambda: log.read_text().count("steps_per_sec=") > before,
-               240)
+        wait_until("worker:0 training again",
+                   lambda: log.read_text().count("steps_per_sec=") > before, 240)
         print(f"\nworker:0 trains again {time.monotonic() - healed_at:.0f} s after the heal")
 
         wait = tfctl(inv, "wait", "--timeout", "300", timeout=330)
