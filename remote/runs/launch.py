@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tfctl.inventory.plan import Plan, Task
+from tfctl.inventory.plan import Plan
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError, RunLive
 from tfctl.remote.runs.check import describe_holder
-from tfctl.remote.runs.endrule import deciders, end_rule
 from tfctl.remote.runs.failure import explain
+from tfctl.remote.runs.manifest import host_manifest
 from tfctl.remote.runs.ports import ask, chosen_plan, fixed_ports, moved
 
 Say = Callable[[str], None]
@@ -66,16 +66,6 @@ class Started:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
-    restart = plan.inventory.job.restart
-    data = task.to_json()
-    data["restart"] = {"policy": restart.for_type(task.type), "max": restart.max,
-                       "backoff_s": restart.backoff_s,
-                       "together": restart.together and task.type in ("worker", "chief")}
-    data["log_max_bytes"] = plan.inventory.job.log_max_bytes
-    return data
 
 
 def launch(fleet: Fleet, plan: Plan, run_id: str, say: Say, start_timeout_s: float = 120.0,
@@ -149,27 +139,6 @@ def judge_ports(host: str, states: Iterable[agentops.PortState], plan: Plan) -> 
                                          "run `tfctl down` first")
             raise LaunchFailed(host, f"port {port} (for {task}) is already in use: "
                                      f"{describe_holder(state.raw)}; stop it or change job.ports")
-
-
-def host_manifest(plan: Plan, host: str, run_id: str, start_timeout_s: float
-                  ) -> dict[str, Any]:
-    """What a host's run directory records of the run (`manifest.json`): its tasks and rules."""
-    return {"run_id": run_id, "inventory": plan.inventory.name, "host": host,
-            "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
-            "throughput_patterns": list(plan.inventory.job.throughput),
-            "end": end_rule(plan, start_timeout_s), "notify": notify_ask(plan, host),
-            "tasks": [task_manifest(x, plan) for x in plan.on_host(host)]}
-
-
-def notify_ask(plan: Plan, host: str) -> dict[str, str | None] | None:
-    """`job.notify` for the host that sends it (agent notify.py): the host of the first task
-    whose end is the job's (the chief, else worker 0), whose watcher knows its exit status."""
-    notify = plan.inventory.job.notify
-    if notify is None:
-        return None
-    decide, _mode = deciders(plan)
-    sender = decide[0].host if decide else plan.hosts_used[0]
-    return {"command": notify.command, "webhook": notify.webhook} if host == sender else None
 
 
 def _prepare(t: Any, plan: Plan, run_id: str, start_timeout_s: float) -> None:

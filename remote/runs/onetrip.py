@@ -54,7 +54,6 @@ from tfctl.remote.runs.launch import (
     PHASES,
     WAIT_ROUND_S,
     LaunchFailed,
-    host_manifest,
     interruptible,
     judge_ports,
     judge_start,
@@ -62,6 +61,7 @@ from tfctl.remote.runs.launch import (
     raise_first,
     rolled_back,
 )
+from tfctl.remote.runs.manifest import host_manifest
 from tfctl.remote.runs.ports import (
     ask,
     chosen_plan,
