@@ -25,6 +25,7 @@ from textual.containers import Container
 from textual.events import Resize
 from textual.widgets import Footer
 
+from tfctl.remote.errors import RemoteError
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.reach import clock_hms
 from tfctl.remote.runs.status import TaskStatus
@@ -487,8 +488,8 @@ class TfctlApp(App[None]):
                         title="Shell", severity="warning")
             return
         if failed is not None:
-            full = getattr(failed, "full", None)
-            self.notify(escape(full() if callable(full) else str(failed)),
+            said = failed.full() if isinstance(failed, RemoteError) else str(failed)
+            self.notify(escape(said),
                         title=f"Shell on {target}", severity="error")
             return
         self.notify(f"The shell on {target} ended (exit {code}).", title="Shell")

@@ -74,7 +74,7 @@ def collect(ctx: click.Context, run_id: str | None) -> None:
     for host, got in sorted(result.succeeded.items()):
         click.echo(f"{host}: {got.files_transferred} files → {got.dest}")
     for exc in result.failed.values():
-        secho(f"  ✖ {exc.full() if hasattr(exc, 'full') else exc}", err=True, fg="red")
+        secho(f"  ✖ {exc.full()}", err=True, fg="red")
     if result.failed:
         sys.exit(EXIT_FAILED)
 

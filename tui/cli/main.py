@@ -78,8 +78,10 @@ def _project_error_code(exc: Exception) -> int | None:
 
 
 def _message(exc: Exception) -> str:
-    full = getattr(exc, "full", None)
-    return full() if callable(full) else str(exc)
+    """The error's sentence; a host's error with its command's last lines (`full()`)."""
+    from tfctl.remote.errors import RemoteError
+
+    return exc.full() if isinstance(exc, RemoteError) else str(exc)
 
 
 @click.group(cls=TfctlGroup, invoke_without_command=True,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from tfctl.inventory.plan import Plan
+    from tfctl.remote.errors import RemoteError
     from tfctl.remote.gpus.findings import Finding
     from tfctl.remote.gpus.history import HostTelemetry
     from tfctl.remote.gpus.owners import Owner
@@ -169,11 +170,10 @@ def say_event(text: str) -> None:
         say(text)
 
 
-def report_failures(failed: Iterable[object]) -> None:
+def report_failures(failed: Iterable[RemoteError]) -> None:
     """One red `✖` line per error (with its output tail where it has one), on stderr."""
     for exc in failed:
-        full = getattr(exc, "full", None)
-        secho(f"  ✖ {full() if callable(full) else exc}", err=True, fg="red")
+        secho(f"  ✖ {exc.full()}", err=True, fg="red")
 
 
 def error_line(exc: object) -> str:

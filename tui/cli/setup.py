@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,7 @@ class CliUpHooks:
             self.steps.run_started(run_id)
         say(f"run {run_id}")
 
-    def _failures(self, errors: Any) -> None:
+    def _failures(self, errors: Iterable[RemoteError]) -> None:
         if self.as_json:  # one line each, the output tails stay out of the way
             for exc in errors:
                 echo(error_line(exc), err=True)
