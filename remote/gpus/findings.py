@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from statistics import fmean
 
 from tfctl.remote.gpus.history import (
@@ -36,6 +37,22 @@ ENDED_STATES = ("exited", "killed", "stopped", "lost")
 _HARDWARE_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 
+class FindingKind(str, Enum):
+    """Which rule found it: a front end that says the same in its own words leaves the finding
+    out (`tfctl gpus` says an unreachable host on its own line)."""
+
+    IDLE_GPU = "idle_gpu"
+    LOG_STALLED = "log_stalled"
+    MEMORY_AFTER_DOWN = "memory_after_down"
+    THROTTLING = "throttling"
+    STREAM_STALE = "stream_stale"
+    STREAM_ERROR = "stream_error"
+    STREAM_UNREACHABLE = "stream_unreachable"
+    MASK_UNUSED = "mask_unused"
+    FOREIGN_PROCESS = "foreign_process"
+    CHIEF_SILENT = "chief_silent"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One observation. Satisfies `tfctl.tui.app.sources.FindingLike` (`gpu` is the index)."""
@@ -45,9 +62,7 @@ class Finding:
     gpu_index: int | None
     task: str | None
     text: str
-    kind: str = ""  # idle_gpu | log_stalled | memory_after_down | throttling | stream_stale |
-    #                  stream_error | stream_unreachable | mask_unused | foreign_process |
-    #                  chief_silent
+    kind: FindingKind | None = None
 
     @property
     def gpu(self) -> int | None:
@@ -132,7 +147,7 @@ def idle_gpu_findings(snapshots: Mapping[str, HostTelemetry], history: GpuHistor
         found.append(Finding(
             WARNING, key[0], gpu.index, owners[0].name if len(owners) == 1 else None,
             f"{key[0]} {_gpu_name(gpu, key[1])} idle ({util:.0f} %) while {len(busy)} of the "
-            f"run's GPUs are busy: {why}", "idle_gpu"))
+            f"run's GPUs are busy: {why}", FindingKind.IDLE_GPU))
     return found
 
 
@@ -149,7 +164,7 @@ def stalled_log_findings(tasks: Sequence[TaskProcesses], marks: Mapping[LogKey, 
             tail = f" (last line: {task.last_line[-80:]})" if task.last_line else ""
             found.append(Finding(WARNING, task.host, None, task.name,
                                  f"{task.name}'s log has not advanced for {quiet_s:.0f} s{tail}",
-                                 "log_stalled"))
+                                 FindingKind.LOG_STALLED))
     return found
 
 
@@ -170,7 +185,7 @@ def memory_after_down_findings(snapshots: Mapping[str, HostTelemetry],
             found.append(Finding(
                 ERROR, task.host, gpu.index if gpu else None, task.name,
                 f"{task.name} is {task.state} but pid {proc.pid} still holds {memory} on "
-                f"{task.host} {_gpu_name(gpu, proc.gpu_uuid)}", "memory_after_down"))
+                f"{task.host} {_gpu_name(gpu, proc.gpu_uuid)}", FindingKind.MEMORY_AFTER_DOWN))
     return found
 
 
@@ -186,7 +201,7 @@ def throttle_findings(snapshots: Mapping[str, HostTelemetry],
                 level = ERROR if any(r in _HARDWARE_THROTTLE for r in reasons) else WARNING
                 found.append(Finding(level, host, gpu.index, None,
                                      f"{host} {_gpu_name(gpu, gpu.uuid)} throttled: "
-                                     f"{', '.join(reasons)}", "throttling"))
+                                     f"{', '.join(reasons)}", FindingKind.THROTTLING))
     return found
 
 
@@ -200,21 +215,21 @@ def stream_findings(snapshots: Mapping[str, HostTelemetry], now: float,
         if since is not None:  # the host, not nvidia-smi: its error would only quote a command
             found.append(Finding(ERROR, host, None, None, f"{host} unreachable (no answer for "
                                  f"{max(0.0, now - since):.0f} s): its GPUs and tasks are shown "
-                                 "as last seen", "stream_unreachable"))
+                                 "as last seen", FindingKind.STREAM_UNREACHABLE))
         elif state is TelemetryState.ERROR:
             found.append(Finding(ERROR, host, None, None, f"{host} GPU telemetry: {snap.error}",
-                                 "stream_error"))
+                                 FindingKind.STREAM_ERROR))
         elif state is TelemetryState.STALE and snap.last_sample_at is not None:
             age = snap.staleness_s(now) or 0.0
-            found.append(Finding(WARNING, host, None, None,
-                                 f"{host}: no GPU sample for {age:.0f} s", "stream_stale"))
+            found.append(Finding(WARNING, host, None, None, f"{host}: no GPU sample for "
+                                 f"{age:.0f} s", FindingKind.STREAM_STALE))
     return found
 
 
 def silence_findings(silences: Iterable[Silence], wall_now_s: float) -> list[Finding]:
     """Hosts whose run watcher cannot reach the chief's port (silence, not a refusal): their
     tasks keep running, up to the job's silence window (`tfctl.remote.silence`)."""
-    return [Finding(WARNING, s.host, None, None, s.words(wall_now_s), "chief_silent")
+    return [Finding(WARNING, s.host, None, None, s.words(wall_now_s), FindingKind.CHIEF_SILENT)
             for s in silences]
 
 
@@ -230,7 +245,7 @@ def mask_findings(misses: Iterable[MaskMiss], tasks: Sequence[TaskProcesses],
         gpu = f"GPU {miss.gpu_index}" if miss.gpu_index is not None else miss.gpu_uuid
         found.append(Finding(WARNING, miss.host, miss.gpu_index, miss.task,
                              f"{miss.task}'s mask {miss.mask!r} names {miss.host} {gpu}, but "
-                             "none of its processes is on it", "mask_unused"))
+                             "none of its processes is on it", FindingKind.MASK_UNUSED))
     return found
 
 
@@ -249,7 +264,7 @@ def foreign_findings(snapshots: Mapping[str, HostTelemetry],
                     found.append(Finding(
                         WARNING, task.host, gpu.index, task.name,
                         f"{task.host} {_gpu_name(gpu, gpu.uuid)} ({task.name}'s) is shared with "
-                        f"foreign pid {proc.pid}", "foreign_process"))
+                        f"foreign pid {proc.pid}", FindingKind.FOREIGN_PROCESS))
     return found
 
 

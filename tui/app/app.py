@@ -41,7 +41,6 @@ from tfctl.tui.app.widgets.cluster import ClusterView
 from tfctl.tui.app.widgets.header import (
     HeaderFacts,
     builtin_findings,
-    finding_task,
     header_text,
     merge_findings,
     no_findings_text,
@@ -225,7 +224,7 @@ class TfctlApp(App[None]):
     def refresh_tasks(self) -> None:
         self._tasks_dirty = False
         flagged = {task: f.level for f in self.findings
-                   if (task := finding_task(f)) is not None}
+                   if (task := f.task) is not None}
         rows = self.board.task_rows(self.clock(), self.focus_host, self._restart_max, flagged)
         self.tasks_table.show(rows)
 

@@ -119,8 +119,8 @@ class Tunnel(Protocol):
 class FindingLike(Protocol):
     """One observation worth a person's attention (from `tfctl.remote.gpus.findings` or a fake).
 
-    `gpu` is the GPU's index or UUID on `host` (None: the whole host or the job). An optional
-    `task` attribute (as `tfctl.remote.gpus.findings.Finding` has) marks that task's row too."""
+    `gpu` is the GPU's index or UUID on `host` (None: the whole host or the job); `task`, where
+    the finding is about one task, marks that task's row too."""
 
     @property
     def level(self) -> str: ...
@@ -133,6 +133,9 @@ class FindingLike(Protocol):
 
     @property
     def gpu(self) -> int | str | None: ...
+
+    @property
+    def task(self) -> str | None: ...
 
 
 @dataclass(frozen=True)

@@ -325,6 +325,8 @@ def gpu_table(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[str,
     from rich.table import Table
     from rich.text import Text
 
+    from tfctl.remote.gpus.findings import FindingKind
+
     table = Table(show_edge=False, pad_edge=False,
                   title=f"run {run_id}" if run_id else "no run", title_justify="left")
     for col in ("host", "gpu", "name", "util", "memory", "temp", "power", "task"):
@@ -351,7 +353,7 @@ def gpu_table(snapshots: Mapping[str, HostTelemetry], owners: Mapping[tuple[str,
               for host, snap in snapshots.items() if (words := snap.reach_words(now, time.time()))]
     lines = [Text(("✖ " if f.level == "error" else "⚠ ") + f.text,
                   style="red" if f.level == "error" else "yellow") for f in findings
-             if not (silent and getattr(f, "kind", "") == "stream_unreachable")]
+             if not (silent and f.kind is FindingKind.STREAM_UNREACHABLE)]
     return Group(table, *silent, *lines)
 
 

@@ -107,14 +107,10 @@ def merge_findings(injected: Sequence[FindingLike], own: Sequence[Finding]
     extra: list[FindingLike] = []
     for f in own:
         if f.task is not None:
-            if any(f.task in i.text or finding_task(i) == f.task for i in injected):
+            if any(f.task in i.text or i.task == f.task for i in injected):
                 continue
         elif any(i.host == f.host and i.level == f.level for i in injected):
             continue
         extra.append(f)
     return (*injected, *extra)
 
-
-def finding_task(finding: FindingLike) -> str | None:
-    task = getattr(finding, "task", None)
-    return task if isinstance(task, str) else None
