@@ -25,19 +25,10 @@ from tfctl.remote.errors import FleetError, GpusBusy
 from tfctl.remote.runs.current import CurrentRun, current_run, remember
 from tfctl.remote.runs.engine import DownSummary, Engine, StatusReport, WaitResult
 from tfctl.remote.runs.labengine import LabEngine
-from tfctl.remote.runs.launch import launch, new_run_id
 from tfctl.remote.runs.logs import LogFollower
-from tfctl.remote.runs.setup import SetupOutcome, attach_logs
-from tfctl.remote.runs.status import RunStatus, TaskStatus, read_status
-from tfctl.remote.runs.steps import (
-    WARNING,
-    NoHooks,
-    SyncFailed,
-    UpHooks,
-    busy_gpu_step,
-    setup_step,
-    sync_step,
-)
+from tfctl.remote.runs.setup import SetupOutcome
+from tfctl.remote.runs.status import RunStatus, TaskStatus
+from tfctl.remote.runs.steps import WARNING, NoHooks, SyncFailed, UpHooks, setup_step, sync_step
 from tfctl.remote.sync.result import SyncResult
 
 if TYPE_CHECKING:
@@ -178,7 +169,7 @@ class RunController:
 
     def setup(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
               hooks: UpHooks | None = None) -> FleetResult[SetupOutcome]:
-        """`up`'s first two steps alone: sync (if `options.sync`), then job.setup (cached).
+        """`tfctl setup`: sync (if `options.sync`), then job.setup (cached) on every host.
         Raises `SyncFailed`, or the first host's setup error."""
         say: Say = on_event or (lambda _text: None)
         hooks = hooks or NoHooks()
@@ -188,18 +179,21 @@ class RunController:
 
     def up(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
            hooks: UpHooks | None = None) -> str:
-        """Sync, setup (cached), the busy-GPU check, start every task, remember the run.
+        """Check every host, sync and set up where the checks found it needed, judge the busy
+        GPUs and taken ports, start every task, remember the run (remote/runs/up.py: one
+        sequence for every host, whatever its state).
 
         `gpus: free` hosts first take the GPUs free now (`gpus_taken`; `NoFreeGpus` when too
         few are). Raises `SyncFailed`, `SetupFailed` (or the host's connection error) or
         `GpusBusy` with nothing started; a launch failure (`LaunchFailed`) or Ctrl-C
-        (`launch.Interrupted`) is raised after everything this run started was stopped again.
+        (`rollback.Interrupted`) is raised after everything this run started was stopped again.
         `on_event` gets one line per step (warnings start with `WARNING`); `hooks` get the steps'
         results (the CLI prints per-host summaries from them) and the run id before any task
         starts.
         """
+        from tfctl.remote.runs.up import up
+
         say: Say = on_event or (lambda _text: None)
-        hooks = hooks or NoHooks()
         self.starting_run_id = None
         if any(h.free_gpus is not None for h in self.inventory.hosts):  # `gpus: free`
             from tfctl.remote.lab.place import place_free
@@ -208,25 +202,10 @@ class RunController:
             self._plan = None
         for w in self.plan.warnings:
             say(WARNING + w)
-        from tfctl.remote.runs.onetrip import up_in_two_trips  # two requests per host
-
-        done = up_in_two_trips(self.fleet, self.plan, say, hooks, options, self._starting)
-        if done is not None:
-            run_id, self.up_status = done
-            remember(self.inventory, run_id, self.plan.hosts_used)
-            self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
-            return run_id
-        setup = self.setup(options, say, hooks=hooks)
-        busy_gpu_step(self.fleet, self.plan, options.force, say)
-        run_id = new_run_id()
-        self._starting(run_id)
-        hooks.run_started(run_id)
-        launch(self.fleet, self.plan, run_id, say, start_timeout_s=options.start_timeout_s,
-               ps_first=options.ps_first)
+        run_id, self.up_status = up(self.fleet, self.plan, say, options, hooks=hooks,
+                                    on_run_id=self._starting)
         remember(self.inventory, run_id, self.plan.hosts_used)
-        attach_logs(self.fleet, run_id, setup)
         self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
-        self.up_status = read_status(self.fleet, run_id, list(self.plan.hosts_used), mark_up=True)
         return run_id
 
     def up_slurm(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,

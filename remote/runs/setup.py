@@ -39,8 +39,6 @@ MARK = "@@tfctl-setup:"
 SETUP_DIR = ".tfctl/setup"
 TAIL_LINES = 20
 KEEP_LOGS = 10
-SETUP_LOG_NAME = "setup.log"
-"""The copy of a run's setup log in its run directory, beside the tasks' logs."""
 
 State = Literal["done", "skipped", "failed", "not_finished"]
 Progress = Callable[[str, str], None]
@@ -277,27 +275,3 @@ def setup_errors(result: FleetResult[SetupOutcome]) -> list[RemoteError]:
     """Every host whose setup did not succeed, as errors (connection failures included)."""
     out: list[RemoteError] = [SetupFailed(o) for o in result.succeeded.values() if not o.ok]
     return out + list(result.failed.values())
-
-
-def raise_if_failed(result: FleetResult[SetupOutcome]) -> None:
-    errors = setup_errors(result)
-    if errors:
-        raise errors[0]
-
-
-def attach_logs(fleet: Fleet, run_id: str, result: FleetResult[SetupOutcome]
-                ) -> FleetResult[object]:
-    """Copy each host's setup log into the run's directory (`<run_dir>/setup.log`).
-
-    Done after launch, once `prepare` made the run directory: a run directory without a
-    manifest would be taken for a run.
-    """
-    logs = {h: o.log_path for h, o in result.succeeded.items() if o.ok and o.log_path}
-
-    def copy(t: Transport) -> object:
-        run_dir = f"{t.host.workdir.rstrip('/')}/.tfctl/runs/{run_id}"
-        res = t.run(f"[ -d {shell_path(run_dir)} ] && cp -f {shlex.quote(logs[t.host.name])} "
-                    f"{shell_path(run_dir + '/' + SETUP_LOG_NAME)}", timeout_s=30)
-        return res.ok
-
-    return fleet.map(copy, list(logs))

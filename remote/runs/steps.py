@@ -1,24 +1,21 @@
-"""The steps `RunController.up` takes before it starts anything: sync, setup, the busy-GPU check.
+"""What `up` and `tfctl setup` tell a front end, and `tfctl setup`'s two steps: sync, then setup.
 
 Each step reports progress through `on_event` (one line of text) and, for front ends that show
 more than lines (the CLI's per-host summaries), through an `UpHooks` object; a step that fails
-raises, and then nothing was started.
+raises, and then nothing was started. `up` does the same sync and setup inside its own
+sequence, only where its check found them needed (upwork.py), and tells the same hooks.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet, FleetResult
-from tfctl.remote.errors import GpusBusy, RemoteError
+from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.setup import SetupOutcome, run_setup, setup_errors
 from tfctl.remote.sync.result import SyncResult
-
-if TYPE_CHECKING:
-    from tfctl.remote.gpus.busy import BusyReport
 
 OnEvent = Callable[[str], None]
 WARNING = "warning: "
@@ -85,23 +82,3 @@ def setup_step(fleet: Fleet, force: bool, on_event: OnEvent, hooks: UpHooks
     if errors:
         raise errors[0]
     return result
-
-
-def busy_gpu_step(fleet: Fleet, plan: Plan, force: bool, on_event: OnEvent) -> None:
-    """Other processes on the plan's GPUs: raise `GpusBusy` unless `force` (then warn)."""
-    from tfctl.remote.gpus.busy import find_busy_gpus
-
-    judge_busy(find_busy_gpus(fleet, plan), force, on_event)
-
-
-def judge_busy(report: BusyReport, force: bool, on_event: OnEvent) -> None:
-    """Warn of hosts whose GPUs could not be checked; busy ones raise `GpusBusy` unless `force`."""
-    for line in report.unknown_lines():
-        on_event(WARNING + line)
-    if not report.busy:
-        return
-    if force:
-        on_event(WARNING + "launching anyway (--force) onto GPUs in use: "
-                 + "; ".join(report.busy_lines()))
-        return
-    raise GpusBusy(tuple(report.busy_lines()), report.free_text())

@@ -13,7 +13,7 @@ always stops it:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from tfctl.inventory.plan import Task
@@ -109,13 +109,24 @@ def _relaunch(controller: RunController, task: Task, run_id: str,
     _wait_listening(controller, task, run_id)
 
 
+@dataclass(frozen=True)
+class _AloneSettings:
+    """How a run of TensorBoard alone is started: `up`'s sequence on the host `up` prepared
+    (no sync, no setup), its one task checked, started and verified listening."""
+
+    sync: bool = False
+    force_setup: bool = False
+    force: bool = False
+    ps_first: bool = False
+    start_timeout_s: float = START_TIMEOUT_S
+
+
 def _start_alone(controller: RunController, task: Task, on_event: Callable[[str], None]) -> None:
     from tfctl.remote.runs.current import remember
-    from tfctl.remote.runs.launch import launch, new_run_id
+    from tfctl.remote.runs.up import up
 
     plan = replace(controller.plan, tasks=(task,))
-    run_id = new_run_id()
-    launch(controller.fleet, plan, run_id, on_event, start_timeout_s=START_TIMEOUT_S)
+    run_id, _status = up(controller.fleet, plan, on_event, _AloneSettings(), prepare=False)
     remember(controller.inventory, run_id, plan.hosts_used)
     controller.current(refresh=True)
     on_event(f"started TensorBoard on {task.host} as run {run_id} (`tfctl down` stops it)")

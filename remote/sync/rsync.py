@@ -67,25 +67,35 @@ class SourceListing:
 def sync_all(fleet: Fleet, *, delete: bool = False, progress: Progress | None = None
              ) -> FleetResult[SyncResult]:
     inv = fleet.inventory
-    source = source_dir(inv)
-    if not os.path.isdir(source):
-        raise RemoteError("local", f"sync source {source!r} is not a folder",
-                          kind="sync_source")
+    source = checked_source(inv)
     targets = [h for h in inv.hosts if not h.shared_fs]
-    skipped = {h.name: SyncResult(h.name, "skipped", 0, 0, (), h.workdir,
-                                  "shared_fs: same filesystem as a synced host")
-               for h in inv.hosts if h.shared_fs}
     new_sync()
     # Listed while the fleet connects: each host waits for it only after its SSH handshake.
     with ThreadPoolExecutor(max_workers=1) as pool:
         listing = pool.submit(source_listing, source, inv)
         result = fleet.map(lambda t: sync_host(t, source, inv, fleet.options, delete, progress,
                                                listing.result), targets)
-    return FleetResult({**result.values, **skipped}, result.errors)
+    return FleetResult({**result.values, **shared_skips(inv)}, result.errors)
 
 
 def source_dir(inv: Inventory) -> str:
     return os.path.normpath(os.path.join(inv.base_dir, inv.job.sync.source))
+
+
+def checked_source(inv: Inventory) -> str:
+    """The sync's source folder; RemoteError (host "local") where it is not a folder."""
+    source = source_dir(inv)
+    if not os.path.isdir(source):
+        raise RemoteError("local", f"sync source {source!r} is not a folder",
+                          kind="sync_source")
+    return source
+
+
+def shared_skips(inv: Inventory) -> dict[str, SyncResult]:
+    """The `shared_fs` hosts' results: never synced, they see a synced host's files."""
+    return {h.name: SyncResult(h.name, "skipped", 0, 0, (), h.workdir,
+                               "shared_fs: same filesystem as a synced host")
+            for h in inv.hosts if h.shared_fs}
 
 
 def source_listing(source: str, inv: Inventory) -> SourceListing:
@@ -130,7 +140,7 @@ def sync_host(t: Transport, source: str, inv: Inventory, options: SshOptions, de
     except PythonMissing:
         # The host's python may be what job.setup creates after this sync: sync as rsync alone
         # would, after a shell round trip for what the agent would have said.
-        diff = agentops.SyncDiff(*_prepare_dest(t), count=None)
+        diff = shell_diff(t)
     return apply_diff(t, source, inv, options, delete, progress, listed, diff)
 
 
@@ -164,6 +174,12 @@ def apply_diff(t: Transport, source: str, inv: Inventory, options: SshOptions, d
 
 
 _EMPTY = base64.b64encode(zlib.compress(b"[]")).decode()
+
+
+def shell_diff(t: Transport) -> agentops.SyncDiff:
+    """What a host whose agent cannot run yet is sent: everything (nothing is known of its
+    files), after a shell round trip creates the workdir and says whether rsync is there."""
+    return agentops.SyncDiff(*_prepare_dest(t), count=None)
 
 
 def _prepare_dest(t: Transport) -> tuple[str, bool]:

@@ -72,7 +72,7 @@ def silence_terminal() -> None:
 def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[UpGuard]:
     """Ctrl-C/SIGTERM/SIGHUP before the run is up: stop what it started, say so (and why, in
     the run's record), exit 130."""
-    from tfctl.remote.runs.launch import Interrupted
+    from tfctl.remote.runs.rollback import Interrupted
 
     guard = UpGuard(hooks)
     previous = {sig: signal.signal(sig, guard.on_signal) for sig in SIGNAL_WORDS
@@ -84,7 +84,7 @@ def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Itera
             say(f"interrupted: run {guard.run_id} keeps running · `tfctl down` stops it")
         elif guard.run_id is None:
             say("interrupted before any task was started: nothing to clean up")
-        elif not isinstance(exc, Interrupted):  # else launch rolled back and said so
+        elif not isinstance(exc, Interrupted):  # else up rolled back and said so
             say(f"interrupted: {controller.rollback(guard.run_id, cause=str(exc) or None)}")
         sys.exit(EXIT_INTERRUPTED)
     finally:
