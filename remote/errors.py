@@ -15,7 +15,8 @@ records that outlive the exception (a host's last poll error). The tree, as http
     ├── CommandFailed          a remote command exited non-zero
     ├── AgentUnavailable       the host-side agent cannot run there
     │   ├── PythonMissing      the host's python does not start (exit 126/127)
-    │   └── AgentMissing       the agent's program could not be loaded
+    │   ├── AgentMissing       the agent's program could not be loaded
+    │   └── AgentOutdated      the agent speaks another wire version (an older tfctl's session)
     ├── AgentFailed            the agent ran and answered with an error (`data`: the answer)
     │   ├── RunLive            another run is still live on the host (`data["run_id"]`)
     │   ├── PortTaken          a port the plan leased was taken before the task bound it
@@ -101,6 +102,13 @@ class AgentMissing(AgentUnavailable):
     KIND = "agent_missing"
 
 
+class AgentOutdated(AgentUnavailable):
+    """The agent answered in another version of the vocabulary (`agent/vocab.py`, `v`): a
+    session an older (or newer) tfctl started. Its answer is not read; `data` holds it."""
+
+    KIND = "wire_version"
+
+
 class AgentFailed(RemoteError):
     """The agent ran and answered a request with an error: `kind` is the name it gave, `data`
     its whole answer."""
@@ -131,7 +139,8 @@ class NoRun(AgentFailed):
 
 
 _AGENT_KINDS: dict[str, type[AgentUnavailable] | type[AgentFailed]] = {
-    cls.KIND: cls for cls in (PythonMissing, AgentMissing, RunLive, PortTaken, NoRun)}
+    cls.KIND: cls for cls in (PythonMissing, AgentMissing, AgentOutdated, RunLive, PortTaken,
+                              NoRun)}
 
 
 def agent_error(host: str, answer: Mapping[str, object]) -> RemoteError:

@@ -1,7 +1,7 @@
 """One host as the lab sees it, reservations, and the idle sampler (`lab`, `reserve`, `release`).
 
 Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
-Last in the program, it adds its operations to `main.OPS`.
+Its operations are in the table of `optable.py`.
 
 `lab` answers in one request everything `tfctl lab` shows of a host: nvidia-smi's GPUs and
 compute apps, who each of those processes is (/proc: uid, command, start time, process group),
@@ -29,7 +29,7 @@ from tfctl.remote.agent.claims import (
     sweep_own,
     write_claim,
 )
-from tfctl.remote.agent.main import OPS, expand, need
+from tfctl.remote.agent.main import expand, need
 from tfctl.remote.agent.proc import cmdline, proc_stat, proc_tags, proc_uid, user_name
 from tfctl.remote.agent.run import AgentError, fork_detached, read_json, write_json
 
@@ -300,6 +300,3 @@ def op_release(req: dict[str, Any]) -> dict[str, Any]:
 
 def _reserved_until(wall_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(wall_s))
-
-
-OPS.update({"lab": op_lab, "claims": op_claims, "reserve": op_reserve, "release": op_release})

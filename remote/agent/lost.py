@@ -1,7 +1,7 @@
 """Starting again the tasks of a run that are lost on this host (`tfctl restart`).
 
 Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
-Last in the program, it adds its operation to `main.OPS`.
+Its operations are in the table of `optable.py`.
 
 A task is lost when neither it nor its supervisor runs and it never recorded its end: most often
 because the host restarted under it (its records are of an earlier boot, `boot.py`), or because
@@ -20,7 +20,7 @@ from typing import Any
 
 from tfctl.remote.agent.boot import booted_at
 from tfctl.remote.agent.claims import claim_run
-from tfctl.remote.agent.main import OPS, expand, need
+from tfctl.remote.agent.main import expand
 from tfctl.remote.agent.run import (
     AgentError,
     launch_tasks,
@@ -32,6 +32,7 @@ from tfctl.remote.agent.run import (
     task_file,
 )
 from tfctl.remote.agent.state import observe
+from tfctl.remote.agent.vocab import RestartLostAnswer, RunRef
 from tfctl.remote.agent.watch import start_watcher
 
 
@@ -62,11 +63,11 @@ def lost_tasks(run_dir: str, run_id: str, manifest: dict[str, Any],
     return seen
 
 
-def op_restart_lost(req: dict[str, Any]) -> dict[str, Any]:
-    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+def op_restart_lost(req: RunRef) -> RestartLostAnswer:
+    workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
-    lost = lost_tasks(run_dir, run_id, manifest, req.get("tasks"))
+    lost = lost_tasks(run_dir, run_id, manifest, req.tasks)
     for name, obs in lost.items():
         why = (f"its host restarted at {_clock(obs['host_restarted_at'])}"
                if obs.get("host_restarted_at") else "its supervisor is gone")
@@ -75,16 +76,13 @@ def op_restart_lost(req: dict[str, Any]) -> dict[str, Any]:
                       f"({why})\n")
     started = launch_tasks(run_dir, workdir, run_id, manifest, sorted(lost))
     watcher = start_watcher(run_dir, run_id)
-    return {"tasks": started["tasks"], "watcher_pid": watcher,
-            "claim_warning": claim_run(run_dir, run_id, manifest, watcher),
-            "host_restarted_at": booted_at() if any(
-                o.get("host_restarted_at") for o in lost.values()) else None}
+    return RestartLostAnswer.from_wire(dict(
+        started, watcher_pid=watcher, claim_warning=claim_run(run_dir, run_id, manifest, watcher),
+        host_restarted_at=booted_at() if any(o.get("host_restarted_at") for o in lost.values())
+        else None))
 
 
 def _clock(wall_s: float) -> str:
     import time
 
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall_s))
-
-
-OPS.update({"restart_lost": op_restart_lost})

@@ -1,23 +1,21 @@
-"""The host-side agent: every operation tfctl performs on a host, as one stdlib-only program.
+"""The host-side agent's operations on a run and a host: probe, ports, prepare, launch, wait,
+status, stop, finish, runs, logs, listen, connect, sync, procs.
 
 The program is the agent files (`agent_program.AGENT_FILES`, joined by `agent_source`). tfctl
 keeps it on the host as `<workdir>/.tfctl/agent/agent_<hash>.py` (installed by
-`agentclient.BOOT` when missing) and runs it as a session (`serve`): one JSON request per line
-in, one answer per line out, for as long as the command runs, so an operation costs a line each
-way rather than an interpreter start. An answer is `{"ok": true, "result": ...}` or `{"ok":
-false, "error": "<one sentence>", "kind": "<machine-readable>", ...}`.
-`agent_program.agent_program` still gives the one-shot form (`python -` with the request
-appended as a last line `main(...)`), which the tests use. The host's run directory
-(`<workdir>/.tfctl/runs/<run_id>/`) stays the source of truth about what runs there.
+`agentclient.BOOT` when missing) and runs it as a session (`optable.serve`): one JSON request per
+line in, one answer per line out, for as long as the command runs, so an operation costs a line
+each way rather than an interpreter start. Each operation here takes its request as the
+vocabulary's record (vocab.py) and answers with one; `optable.py` names every operation and its
+request. The host's run directory (`<workdir>/.tfctl/runs/<run_id>/`) is the source of truth
+about what runs there.
 
-Rules for everything below `main`: stdlib only, Python >= 3.8, Linux (/proc), no tfctl imports
-(the `from tfctl...` lines are only for running the same code in-process and are removed from the
+Rules for the agent's modules: stdlib only, Python >= 3.8, Linux (/proc), no tfctl imports (the
+`from tfctl...` lines are only for running the same code in-process and are removed from the
 program sent to hosts).
 """
-
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -46,9 +44,39 @@ from tfctl.remote.agent.run import (
 from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses, watcher_silences
 from tfctl.remote.agent.sync import put_files, sync_diff
 from tfctl.remote.agent.tfprobe import tf_probe
+from tfctl.remote.agent.vocab import (
+    ConnectRequest,
+    FinishRequest,
+    LaunchAnswer,
+    LaunchRequest,
+    ListenRequest,
+    LogChunk,
+    LogsAnswer,
+    LogsRequest,
+    PortsAnswer,
+    PortsRequest,
+    PortState,
+    PrepareAnswer,
+    PrepareRequest,
+    ProbeRequest,
+    ProcsRequest,
+    PutAnswer,
+    PutFilesRequest,
+    RunRecord,
+    RunsAnswer,
+    RunsRequest,
+    StartState,
+    StatusAnswer,
+    StatusRequest,
+    StopAnswer,
+    StopRequest,
+    SyncDiff,
+    SyncDiffRequest,
+    WaitPortsAnswer,
+    WaitPortsRequest,
+)
 from tfctl.remote.agent.wait import wait_until_up
 from tfctl.remote.agent.watch import UP_MARK, start_watcher
-from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK
 
 
 def hostname() -> str:
@@ -56,18 +84,12 @@ def hostname() -> str:
     return os.uname().nodename
 
 
-def _traceback_text() -> str:
-    import traceback  # imported when it is needed: every agent start pays for its imports
-
-    return traceback.format_exc(limit=6)
-
-
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-gpu")
 
 
 # ---------------------------------------------------------------- the operations (host)
 
-def op_probe(req: dict[str, Any]) -> dict[str, Any]:
+def op_probe(req: ProbeRequest) -> dict[str, Any]:
     import shutil
     from importlib import metadata
 
@@ -83,8 +105,8 @@ def op_probe(req: dict[str, Any]) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     tf_version = next(iter(installed.values()), None)
-    workdir = req.get("workdir")
-    tensorflow = tf_probe(installed, bool(req.get("fresh"))) if req.get("ask_tf") else None
+    workdir = req.workdir
+    tensorflow = tf_probe(installed, req.fresh) if req.ask_tf else None
     return {
         "tensorflow": tensorflow, "tf_distributions": installed,
         "python": sys.version.split()[0], "executable": sys.executable, "tf_version": tf_version,
@@ -97,13 +119,16 @@ def op_probe(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def op_ports(req: dict[str, Any]) -> dict[str, Any]:
-    answer: dict[str, Any] = {"ports": port_report(int(p) for p in req.get("ports", []))}
-    if req.get("choose"):
-        answer["choose"] = choose_from(req["choose"])
-    if req.get("release"):  # an `up` that will not start frees the ports it leased
-        release(str(req["release"]))
+def op_ports(req: PortsRequest) -> PortsAnswer:
+    answer = PortsAnswer(port_states(req.ports), choose_from(req.choose) if req.choose else None)
+    if req.release:  # an `up` that will not start frees the ports it leased
+        release(req.release)
     return answer
+
+
+def port_states(ports: Any) -> tuple[PortState, ...]:
+    """Each port free, or who holds it (`proc.port_report`)."""
+    return tuple(PortState.from_wire(entry) for entry in port_report(int(p) for p in ports))
 
 
 def choose_from(ask: dict[str, Any]) -> dict[str, Any]:
@@ -115,8 +140,8 @@ def choose_from(ask: dict[str, Any]) -> dict[str, Any]:
                         ask.get("token"))
 
 
-def op_prepare(req: dict[str, Any]) -> dict[str, Any]:
-    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+def op_prepare(req: PrepareRequest) -> PrepareAnswer:
+    workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     for other, live in live_runs(workdir).items():
         if live:
             raise AgentError("run_live", f"run {other} is still running on this host; stop it "
@@ -124,13 +149,13 @@ def op_prepare(req: dict[str, Any]) -> dict[str, Any]:
     run_dir = run_dir_of(workdir, run_id)
     if os.path.exists(os.path.join(run_dir, "manifest.json")):
         raise AgentError("run_exists", f"run {run_id} already exists in {run_dir}")
-    manifest = dict(need(req, "manifest"), run_id=run_id)
+    manifest = dict(req.manifest or {}, run_id=run_id)
     make_output_dirs(workdir, manifest.get("outputs") or [])
     os.makedirs(run_dir, exist_ok=True)
     manifest.setdefault("created_at", now())
     manifest.setdefault("boot_id", boot_id())  # the host's boot the run started in (boot.py)
     write_json(os.path.join(run_dir, "manifest.json"), manifest)
-    return {"run_id": run_id, "run_dir": run_dir}
+    return PrepareAnswer(run_id, run_dir)
 
 
 def make_output_dirs(workdir: str, folders: list[str]) -> None:
@@ -144,111 +169,114 @@ def make_output_dirs(workdir: str, folders: list[str]) -> None:
         os.makedirs(path, exist_ok=True)
 
 
-def op_launch(req: dict[str, Any]) -> dict[str, Any]:
-    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+def op_launch(req: LaunchRequest) -> LaunchAnswer:
+    workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
-    answer = launch_tasks(run_dir, workdir, run_id, manifest, req.get("tasks"))
-    answer["watcher_pid"] = start_watcher(run_dir, run_id)
-    answer["claim_warning"] = claim_run(run_dir, run_id, manifest, answer["watcher_pid"])
-    return answer
+    started = launch_tasks(run_dir, workdir, run_id, manifest, req.tasks)
+    watcher = start_watcher(run_dir, run_id)
+    return LaunchAnswer.from_wire(dict(started, watcher_pid=watcher, claim_warning=claim_run(
+        run_dir, run_id, manifest, watcher)))
 
 
-def op_wait_ports(req: dict[str, Any]) -> dict[str, Any]:
-    run_id = need(req, "run_id")
-    run_dir = run_dir_of(expand(need(req, "workdir")), run_id)
+def op_wait_ports(req: WaitPortsRequest) -> WaitPortsAnswer:
+    run_id = str(req.run_id)
+    run_dir = run_dir_of(expand(str(req.workdir)), run_id)
     manifest = load_manifest(run_dir)
-    answer = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, req.get("tasks")),
-                           float(req.get("timeout_s", 30.0)))
-    answer.pop("seen", None)
-    return answer
+    waited = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, req.tasks),
+                           req.timeout_s)
+    return WaitPortsAnswer(start_states(waited["tasks"]), bool(waited["ready"]))
 
 
-def op_status(req: dict[str, Any], seen: dict[str, Any] | None = None) -> dict[str, Any]:
-    workdir = expand(need(req, "workdir"))
-    run_id = req.get("run_id") or newest_run(workdir)
+def start_states(waited: dict[str, dict[str, Any]]) -> dict[str, StartState]:
+    """The wait's result per task (`state.wait_for_ports`) as the vocabulary's records."""
+    return {name: StartState.from_wire(dict(result, name=name)) for name, result in waited.items()}
+
+
+def op_status(req: StatusRequest, seen: dict[str, Any] | None = None) -> StatusAnswer:
+    workdir = expand(str(req.workdir))
+    run_id = req.run_id or newest_run(workdir)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
-    if req.get("mark_up"):  # `up` verified every task of the run: the watcher may trust it
+    if req.mark_up:  # `up` verified every task of the run: the watcher may trust it
         write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
-    tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)), seen)
-    if any(t["state"] == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
-        tasks = task_statuses(run_dir, run_id, manifest, int(req.get("tail", 1)))
-    return {"run_id": run_id, "run_dir": run_dir, "created_at": manifest.get("created_at"),
-            "inventory": manifest.get("inventory"), "hostname": hostname(),
-            "finished": read_json(os.path.join(run_dir, "finished.json")),
-            "live": any(t["state"] in ("running", "starting") for t in tasks), "tasks": tasks,
-            "silences": watcher_silences(run_dir), "records": records_state(run_dir)}
+    tasks = task_statuses(run_dir, run_id, manifest, req.tail, seen)
+    if any(t.state == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
+        tasks = task_statuses(run_dir, run_id, manifest, req.tail)
+    return StatusAnswer(run_id, run_dir, tuple(tasks), read_json(os.path.join(run_dir,
+                                                                                "finished.json")),
+                        any(t.state in ("running", "starting") for t in tasks),
+                        manifest.get("created_at"), manifest.get("inventory"), hostname(),
+                        tuple(watcher_silences(run_dir)), records_state(run_dir))
 
 
-def op_stop(req: dict[str, Any]) -> dict[str, Any]:
-    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
-    run_dir, names = run_dir_of(workdir, run_id), req.get("tasks")
-    if names is not None and req.get("known_only"):  # those of the tasks named that run here
+def op_stop(req: StopRequest) -> StopAnswer:
+    workdir, run_id = expand(str(req.workdir)), str(req.run_id)
+    run_dir, names = run_dir_of(workdir, run_id), req.tasks
+    if names is not None and req.known_only:  # those of the tasks named that run here
         known = {t.get("name") for t in (read_json(os.path.join(run_dir, "manifest.json"))
                                          or {}).get("tasks", [])}
         names = [n for n in names if n in known]
         if not names:
-            return {"stopped": []}
-    answer = stop_tasks(run_dir, run_id, names, float(req.get("grace_s", 10.0)))
+            return StopAnswer()
+    answer = StopAnswer.from_wire(stop_tasks(run_dir, run_id, names, req.grace_s))
     if names is None:  # the whole run stopped here: its claim goes (claims.py)
         release_run(run_id)
     return answer
 
 
-def op_finish(req: dict[str, Any]) -> dict[str, Any]:
-    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+def op_finish(req: FinishRequest) -> dict[str, Any]:
+    run_dir = run_dir_of(expand(str(req.workdir)), str(req.run_id))
     load_manifest(run_dir)
-    record = {"status": req.get("status"), "finished_at": now()}
+    record = {"status": req.status, "finished_at": now()}
     write_json(os.path.join(run_dir, "finished.json"), record)
-    release_run(need(req, "run_id"))
+    release_run(str(req.run_id))
     return record
 
 
-def op_runs(req: dict[str, Any]) -> dict[str, Any]:
-    workdir = expand(need(req, "workdir"))
+def op_runs(req: RunsRequest) -> RunsAnswer:
+    workdir = expand(str(req.workdir))
     live = live_runs(workdir)
     runs = []
     for run_id in live:
         run_dir = run_dir_of(workdir, run_id)
         manifest = read_json(os.path.join(run_dir, "manifest.json")) or {}
-        runs.append({"run_id": run_id, "run_dir": run_dir,
-                     "created_at": manifest.get("created_at"),
-                     "inventory": manifest.get("inventory"), "live": live[run_id],
-                     "tasks": [t.get("name") for t in manifest.get("tasks", [])],
-                     "outputs": manifest.get("outputs") or [],
-                     "finished": read_json(os.path.join(run_dir, "finished.json"))})
-    runs.sort(key=lambda r: (r["created_at"] or 0, r["run_id"]), reverse=True)
-    return {"runs": runs}
+        runs.append(RunRecord(run_id, live[run_id], manifest.get("created_at"),
+                              tuple(t.get("name") for t in manifest.get("tasks", [])), run_dir,
+                              manifest.get("inventory"), tuple(manifest.get("outputs") or ()),
+                              read_json(os.path.join(run_dir, "finished.json"))))
+    runs.sort(key=lambda r: (r.created_at or 0, r.run_id), reverse=True)
+    return RunsAnswer(tuple(runs))
 
 
-def op_logs(req: dict[str, Any]) -> dict[str, Any]:
-    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+def op_logs(req: LogsRequest) -> LogsAnswer:
+    run_dir = run_dir_of(expand(str(req.workdir)), str(req.run_id))
     manifest = load_manifest(run_dir)
-    offsets = req.get("offsets") or {}
-    names = req.get("tasks") or list(offsets) or [t["name"] for t in manifest["tasks"]]
-    max_bytes, tail = int(req.get("max_bytes", 65536)), req.get("tail_lines")
+    offsets = req.offsets or {}
+    names = req.tasks or list(offsets) or [t["name"] for t in manifest["tasks"]]
+    tail = req.tail_lines
     logs = {}
     for name in names:
         path = task_file(run_dir, name, ".log")
         offset = offsets.get(name)
         if (offset is None or offset < 0) and tail is not None:
             size = os.path.getsize(path) if os.path.exists(path) else 0
-            logs[name] = {"data": "".join(line + "\n" for line in log_tail(path, int(tail))),
-                          "offset": size, "size": size, "reset": False}
+            logs[name] = LogChunk("".join(line + "\n" for line in log_tail(path, int(tail))),
+                                  size, False, size)
         else:
-            logs[name] = read_log_from(path, max(int(offset or 0), 0), max_bytes)
-    return {"logs": logs}
+            logs[name] = LogChunk.from_wire(read_log_from(path, max(int(offset or 0), 0),
+                                                          req.max_bytes))
+    return LogsAnswer(logs)
 
 
-def op_listen(req: dict[str, Any]) -> dict[str, Any]:
+def op_listen(req: ListenRequest) -> dict[str, Any]:
     """Hold listening sockets for a while in a detached process, so peers can test reaching us."""
     import socket
 
-    seconds = float(req.get("seconds", 10.0))
+    seconds = req.seconds
     bound: list[socket.socket] = []
     busy: dict[str, str] = {}
-    for port in (int(p) for p in req.get("ports", [])):
+    for port in (int(p) for p in req.ports):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -277,15 +305,15 @@ def _serve_until(socks: list[Any], deadline: float) -> int:
     return 0
 
 
-def op_connect(req: dict[str, Any]) -> dict[str, Any]:
+def op_connect(req: ConnectRequest) -> dict[str, Any]:
     """TCP connects from this host to each `address:port` of `targets`, each answered with
     `why` it failed: `unresolved` (this host cannot turn the name into an address, so no
     firewall is to blame), `refused`, `timeout` or `error`; None when it connected."""
     import socket
 
-    timeout_s = float(req.get("timeout_s", 3.0))
+    timeout_s = req.timeout_s
     results = []
-    for target in req.get("targets", []):
+    for target in req.targets:
         addr, _, port = str(target).rpartition(":")
         started = time.time()
         error, why = None, None
@@ -310,91 +338,40 @@ def op_connect(req: dict[str, Any]) -> dict[str, Any]:
     return {"targets": results}
 
 
-def op_sync_diff(req: dict[str, Any]) -> dict[str, Any]:
-    return sync_diff(expand(need(req, "workdir")), need(req, "entries"))
+def op_sync_diff(req: SyncDiffRequest) -> SyncDiff:
+    return SyncDiff.from_wire(sync_diff(expand(str(req.workdir)), str(req.entries)))
 
 
-def op_put_files(req: dict[str, Any]) -> dict[str, Any]:
-    return put_files(expand(need(req, "workdir")), need(req, "files"))
+def op_put_files(req: PutFilesRequest) -> PutAnswer:
+    return PutAnswer.from_wire(put_files(expand(str(req.workdir)), req.files))
 
 
-OPS = {
-    "probe": op_probe, "ports": op_ports, "prepare": op_prepare, "launch": op_launch,
-    "wait_ports": op_wait_ports, "status": op_status, "stop": op_stop, "finish": op_finish,
-    "runs": op_runs, "logs": op_logs, "listen": op_listen, "connect": op_connect,
-    "sync_diff": op_sync_diff,
-    "put_files": op_put_files,
-}
+def op_procs(req: ProcsRequest) -> dict[str, Any]:
+    """Who each pid is (user, command, tfctl run and task): nvidia-smi names only the pid.
+
+    A pid gone since it was listed answers None (pids are reused: never guess).
+    """
+    return {"procs": {str(p): describe_process(p) if is_alive(p) else None
+                      for p in (int(p) for p in req.pids)}}
 
 
-# ---------------------------------------------------------------- helpers and entry point (host)
+# ---------------------------------------------------------------- helpers (host)
 
 def expand(path: str) -> str:
     return os.path.abspath(os.path.expanduser(str(path)))
 
 
 def need(req: dict[str, Any], key: str) -> Any:
+    """`req[key]`, or a `bad_request` refusal where a request without a vocabulary record
+    (`lab`, `reserve`, the queue's) lacks it."""
     if req.get(key) is None:
         raise AgentError("bad_request", f"the {req.get('op')} request needs '{key}'")
     return req[key]
 
 
 def newest_run(workdir: str) -> str:
-    runs = op_runs({"workdir": workdir})["runs"]
+    runs = op_runs(RunsRequest(workdir)).runs
     if not runs:
         raise AgentError("no_run", f"no tfctl run on this host under {runs_root(workdir)}")
-    return str(runs[0]["run_id"])
+    return runs[0].run_id
 
-
-def main(req: dict[str, Any], mark: str = "") -> None:
-    """Run one request and print its answer as the last line of stdout, after `mark`."""
-    try:
-        op = OPS.get(str(req.get("op")))
-        if op is None:
-            raise AgentError("unknown_op", f"unknown agent operation {req.get('op')!r}")
-        answer: dict[str, Any] = {"ok": True, "result": op(req)}
-    except AgentError as exc:
-        answer = dict(exc.extra, ok=False, error=exc.message, kind=exc.kind)
-    except Exception as exc:  # report any failure as one JSON answer, with its traceback
-        answer = {"ok": False, "kind": "internal", "error": f"agent {req.get('op')} failed on "
-                  f"{hostname()}: {type(exc).__name__}: {exc}",
-                  "detail": _traceback_text()}
-    sys.stdout.write(mark + json.dumps(answer, default=str) + "\n")
-    sys.stdout.flush()
-
-
-def serve(stream: Any) -> None:
-    """Answer one JSON request per line of `stream` (binary) until it ends: a session.
-
-    tfctl keeps one such session per host for a whole command (agentclient), so an operation
-    costs a line each way instead of a new interpreter. Answers carry `ANSWER_MARK`, so that
-    anything else a child process might print on our stdout is never taken for an answer. Each
-    request is acknowledged at once (`ACK_LINE`): on a session that has been idle, a missing
-    acknowledgement tells the client within its connect timeout that the link is dead, however
-    long the operation itself may take.
-    """
-    while True:
-        line = stream.readline()
-        if not line:
-            return
-        if not line.strip():
-            continue
-        sys.stdout.write(ACK_LINE)
-        sys.stdout.flush()
-        try:
-            req = json.loads(line)
-        except ValueError as exc:
-            req = {"op": f"<unreadable request: {exc}>"}
-        main(req if isinstance(req, dict) else {"op": repr(req)}, ANSWER_MARK)
-
-
-def op_procs(req: dict[str, Any]) -> dict[str, Any]:
-    """Who each pid is (user, command, tfctl run and task): nvidia-smi names only the pid.
-
-    A pid gone since it was listed answers None (pids are reused: never guess).
-    """
-    pids = [int(p) for p in req.get("pids", [])]
-    return {"procs": {str(p): describe_process(p) if is_alive(p) else None for p in pids}}
-
-
-OPS["procs"] = op_procs

@@ -1,6 +1,6 @@
 """What a run's tasks are doing now, waiting for their ports, and stopping exactly them.
 
-Part of the agent program (see `agent.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 A task's processes are those tagged with its `TFCTL_RUN_ID`/`TFCTL_TASK` (children that left the
 group with `setsid` included) plus the members of its recorded process group, the group counting
@@ -35,6 +35,7 @@ from tfctl.remote.agent.run import (
     task_file,
     write_json,
 )
+from tfctl.remote.agent.vocab import TaskRecord
 
 ENDED = ("exited", "killed", "stopped", "lost")
 WATCH_PID = "watch.pid.json"  # the run's watcher (watch.py) records its pid here
@@ -132,9 +133,10 @@ def _failed(exit_rec: dict[str, Any]) -> bool:
 
 
 def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any], tail: int,
-                  seen: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Every task's status; `seen`: an `observe` of all of them just made (`up_go` reuses its
-    wait's last look rather than scanning /proc once more)."""
+                  seen: dict[str, dict[str, Any]] | None = None) -> list[TaskRecord]:
+    """Every task's record: the manifest's task (what the plan made of it, by the record's
+    field names) with what is seen of it now; `seen`: an `observe` of all of them just made
+    (`up_go` reuses its wait's last look rather than scanning /proc once more)."""
     tasks = manifest_tasks(manifest, None)
     if seen is None or set(seen) != {t["name"] for t in tasks}:
         seen = observe(run_dir, run_id, tasks)
@@ -151,19 +153,17 @@ def task_statuses(run_dir: str, run_id: str, manifest: dict[str, Any], tail: int
         else:
             uptime = round(ended - started, 3) if started and ended else None
         log = task_file(run_dir, task["name"], ".log")
-        out.append({
-            "name": task["name"], "type": task.get("type"), "index": task.get("index"),
-            "port": task.get("port"), "cuda_visible_devices": task.get("cuda_visible_devices"),
-            "state": obs["state"], "pid": pid_rec.get("pid"),
-            "pgid": pid_rec.get("pgid"), "supervisor_pid": pid_rec.get("supervisor_pid"),
-            "pids": obs["pids"], "listening_pid": obs["listening_pid"],
-            "exit_code": exit_rec.get("exit_code"), "signal": exit_rec.get("signal"),
-            "error": exit_rec.get("error"), "started_at": started, "ended_at": ended,
-            "uptime_s": uptime, "restarts": exit_rec.get("restarts", pid_rec.get("restarts", 0)),
-            "last_exit": pid_rec.get("last_exit"),
-            "host_restarted_at": obs.get("host_restarted_at"),
-            "last_lines": log_tail(log, max(tail, FAILED_TAIL) if _failed(exit_rec) else tail),
-            "log_size_bytes": os.path.getsize(log) if os.path.exists(log) else 0})
+        out.append(TaskRecord.from_wire(dict(
+            task, state=obs["state"], pid=pid_rec.get("pid"),
+            pgid=pid_rec.get("pgid"), supervisor_pid=pid_rec.get("supervisor_pid"),
+            pids=obs["pids"], listening_pid=obs["listening_pid"],
+            exit_code=exit_rec.get("exit_code"), signal=exit_rec.get("signal"),
+            error=exit_rec.get("error"), started_at=started, ended_at=ended,
+            uptime_s=uptime, restarts=exit_rec.get("restarts", pid_rec.get("restarts", 0)),
+            last_exit=pid_rec.get("last_exit"),
+            host_restarted_at=obs.get("host_restarted_at"),
+            last_lines=log_tail(log, max(tail, FAILED_TAIL) if _failed(exit_rec) else tail),
+            log_size_bytes=os.path.getsize(log) if os.path.exists(log) else 0)))
     return out
 
 

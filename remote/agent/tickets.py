@@ -1,7 +1,7 @@
 """Queue tickets: jobs that wait for GPUs of this host, in a folder every user reads.
 
 Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
-Last in the program, it adds its operations to `main.OPS`.
+Its operations are in the table of `optable.py`.
 
 `tfctl up --when-free` leaves a ticket on each host whose GPUs the job needs: who waits (the
 file's owner), for which GPUs (indices, or a count of free ones), and since when (this host's
@@ -35,7 +35,7 @@ from tfctl.remote.agent.claims import (
     read_owned,
 )
 from tfctl.remote.agent.lab import _claims_answer, describe_holder, query_gpus
-from tfctl.remote.agent.main import OPS, need
+from tfctl.remote.agent.main import need
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.run import AgentError
 
@@ -202,7 +202,3 @@ def op_gpu_state(req: dict[str, Any]) -> dict[str, Any]:
         stale_s = float(req.get("stale_s") or TICKET_STALE_S)
         answer["tickets"], answer["ticket_warnings"] = read_tickets(time.time(), stale_s)
     return answer
-
-
-OPS.update({"gpu_state": op_gpu_state, "ticket_put": op_ticket_put,
-            "ticket_drop": op_ticket_drop})

@@ -1,7 +1,7 @@
 """`tfctl up` on one host in two requests: every check in one, the start in the other.
 
 Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
-Last in the program, it adds its operations to `main.OPS`.
+Its operations are in the table of `optable.py`.
 
 `up_check` answers everything `up` must know before it may start anything anywhere: whether
 the synced tree differs (the client sends the digests), whether `job.setup` is cached, what
@@ -31,8 +31,15 @@ from typing import Any
 
 from tfctl.remote.agent.claims import claim_run, read_claims
 from tfctl.remote.agent.freeports import release, taken_since
-from tfctl.remote.agent.main import OPS, choose_from, expand, need, op_prepare, op_status
-from tfctl.remote.agent.proc import port_report, user_name
+from tfctl.remote.agent.main import (
+    choose_from,
+    expand,
+    op_prepare,
+    op_status,
+    port_states,
+    start_states,
+)
+from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.run import (
     AgentError,
     launch_tasks,
@@ -43,29 +50,40 @@ from tfctl.remote.agent.run import (
     write_json,
 )
 from tfctl.remote.agent.sync import sync_diff
+from tfctl.remote.agent.vocab import (
+    LaunchAnswer,
+    PrepareRequest,
+    RunRef,
+    StatusRequest,
+    SyncDiff,
+    UpCheck,
+    UpCheckRequest,
+    UpGo,
+    UpGoRequest,
+)
 from tfctl.remote.agent.wait import wait_until_up
 from tfctl.remote.agent.watch import UP_MARK, start_watcher
 
 SETUP_FOLDER = ".tfctl/setup"
 
 
-def op_up_check(req: dict[str, Any]) -> dict[str, Any]:
-    workdir = expand(need(req, "workdir"))
-    answer: dict[str, Any] = {}
-    if req.get("entries") is not None:
-        answer["sync"] = sync_diff(workdir, req["entries"])  # also creates the workdir
-    setup = req.get("setup")
-    if setup is not None:
-        answer["setup"] = setup_cached(workdir, str(setup["digest"]), list(setup["inputs"]))
-    if req.get("gpus_script"):
-        answer["gpus"] = gpus_listing(str(req["gpus_script"]))
-        claims, warnings = read_claims()  # other users' runs and reservations (claims.py)
-        answer["claims"] = {"me": {"uid": os.getuid(), "user": user_name(os.getuid())},
-                            "claims": claims, "warnings": warnings}
-    answer["ports"] = port_report(int(p) for p in req.get("ports", []))
-    if req.get("choose"):  # ports chosen at up, bind-probed and leased (freeports.py)
-        answer["choose"] = choose_from(req["choose"])
-    return answer
+def op_up_check(req: UpCheckRequest) -> UpCheck:
+    workdir = expand(str(req.workdir))
+    sync = setup = gpus = claims = None
+    if req.entries is not None:  # also creates the workdir
+        sync = SyncDiff.from_wire(sync_diff(workdir, req.entries))
+    if req.setup is not None:
+        setup = setup_cached(workdir, str(req.setup["digest"]), list(req.setup["inputs"]))
+    if req.gpus_script:
+        gpus = gpus_listing(req.gpus_script)
+        found, warnings = read_claims()  # other users' runs and reservations (claims.py)
+        claims = {"me": {"uid": os.getuid(), "user": user_name(os.getuid())},
+                  "claims": found, "warnings": warnings}
+    # ports chosen at up are bind-probed and leased (freeports.py)
+    return UpCheck(sync, setup, None if gpus is None else str(gpus["stdout"] or ""),
+                   port_states(req.ports), claims,
+                   choose_from(req.choose) if req.choose else None,
+                   None if gpus is None else gpus["error"])
 
 
 def setup_cached(workdir: str, digest: str, inputs: list[str]) -> dict[str, Any]:
@@ -122,36 +140,36 @@ def gpus_listing(script: str) -> dict[str, Any]:
     return {"stdout": done.stdout.decode(errors="replace"), "error": None}
 
 
-def op_up_go(req: dict[str, Any]) -> dict[str, Any]:
-    workdir, run_id = expand(need(req, "workdir")), need(req, "run_id")
+def op_up_go(req: UpGoRequest) -> UpGo:
+    workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     run_dir = run_dir_of(workdir, run_id)
-    answer: dict[str, Any] = {}
-    if req.get("manifest") is not None:
-        op_prepare(req)
-        if req.get("setup_log"):
-            _copy_setup_log(str(req["setup_log"]), os.path.join(run_dir, "setup.log"))
+    if req.manifest is not None:
+        op_prepare(PrepareRequest(workdir, run_id, req.manifest))
+        if req.setup_log:
+            _copy_setup_log(req.setup_log, os.path.join(run_dir, "setup.log"))
     manifest = load_manifest(run_dir)
-    taken = taken_since(req.get("verify_ports") or ())
+    taken = taken_since(req.verify_ports)
     if taken:  # another process took a chosen port since the check: nothing starts here
         raise AgentError("port_taken", f"port {', '.join(map(str, taken))} was taken on this "
                          "host after `up` chose it (another run starting?)", ports=taken)
-    if req.get("launch"):
-        answer["pids"] = launch_tasks(run_dir, workdir, run_id, manifest, req["launch"])["tasks"]
-        answer["watcher_pid"] = start_watcher(run_dir, run_id)
-        answer["claim_warning"] = claim_run(run_dir, run_id, manifest, answer["watcher_pid"])
-    names = list(req.get("wait") or [])
-    ready, seen = True, None
-    if names:
-        waited = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, names),
-                               float(req.get("timeout_s", 2.0)))
-        answer["waited"], ready, seen = waited["tasks"], bool(waited["ready"]), waited["seen"]
-        if ready and req.get("lease_token"):  # its chosen ports are held by its tasks now
-            release(str(req["lease_token"]))
-    if req.get("status") is not None and ready:  # the wait's last look, if it saw every task
-        answer["status"] = op_status({"workdir": workdir, "run_id": run_id,
-                                      "tail": int(req["status"])}, seen)
-    answer["at"] = time.time()
-    return answer
+    started = LaunchAnswer()
+    if req.launch:
+        pids = launch_tasks(run_dir, workdir, run_id, manifest, list(req.launch))
+        watcher = start_watcher(run_dir, run_id)
+        started = LaunchAnswer.from_wire(dict(pids, watcher_pid=watcher, claim_warning=claim_run(
+            run_dir, run_id, manifest, watcher)))
+    ready, seen, waited = True, None, {}
+    if req.wait:
+        look = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, list(req.wait)),
+                             req.timeout_s)
+        waited, ready, seen = start_states(look["tasks"]), bool(look["ready"]), look["seen"]
+        if ready and req.lease_token:  # its chosen ports are held by its tasks now
+            release(req.lease_token)
+    status = None
+    if req.status is not None and ready:  # the wait's last look, if it saw every task
+        status = op_status(StatusRequest(workdir, run_id, int(req.status)), seen)
+    return UpGo(waited, status, started.tasks if req.launch else None, started.watcher_pid,
+                started.claim_warning, time.time())
 
 
 def _copy_setup_log(source: str, target: str) -> None:
@@ -163,13 +181,10 @@ def _copy_setup_log(source: str, target: str) -> None:
         shutil.copyfile(source, target)
 
 
-def op_up_mark(req: dict[str, Any]) -> dict[str, Any]:
+def op_up_mark(req: RunRef) -> dict[str, Any]:
     """`up` verified every task of the run on every host: the watcher may trust it (what
     `status` with `mark_up` does, without reading every task's state once more)."""
-    run_dir = run_dir_of(expand(need(req, "workdir")), need(req, "run_id"))
+    run_dir = run_dir_of(expand(str(req.workdir)), str(req.run_id))
     load_manifest(run_dir)
     write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
     return {}
-
-
-OPS.update({"up_check": op_up_check, "up_go": op_up_go, "up_mark": op_up_mark})

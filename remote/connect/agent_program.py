@@ -3,7 +3,7 @@
 Client side only. The `from tfctl...` lines of the agent files (and imports used only for
 annotations) are cut, since on a host the files are one module and nothing of tfctl is
 installed. The cut is a scan of top-level import statements rather than `ast.parse` (12 ms of
-every command); tests/test_agent.py checks that both agree.
+every command); tests/lab/test_agent.py checks that both agree.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-AGENT_FILES = ("wire.py", "proc.py", "run.py", "state.py", "sync.py", "wait.py", "tfprobe.py",
-               "freeports.py", "notify.py", "nvfields.py", "speed.py", "disk.py", "record.py",
-               "claims.py", "watch.py", "main.py",
-               "up.py", "boot.py", "lost.py", "lab.py", "tickets.py")
+AGENT_FILES = ("wire.py", "vocab.py", "proc.py", "run.py", "state.py", "sync.py", "wait.py",
+               "tfprobe.py", "freeports.py", "notify.py", "nvfields.py", "speed.py", "disk.py",
+               "record.py", "claims.py", "watch.py", "main.py",
+               "up.py", "boot.py", "lost.py", "lab.py", "tickets.py", "optable.py")
 # Imported only for building the program or for annotations (strings under `from __future__
 # import annotations`): cut from the program, saving ~10 ms of imports at each agent start.
 CLIENT_ONLY_MODULES = ("tfctl", "__future__", "ast", "pathlib", "typing")

@@ -29,10 +29,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK
+from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK, WIRE_VERSION
 from tfctl.remote.connect.agent_program import agent_source
 from tfctl.remote.connect.transport import Pipe, Transport, shell_path
 from tfctl.remote.errors import (
+    AgentOutdated,
     CommandFailed,
     HostUnreachable,
     PythonMissing,
@@ -94,10 +95,11 @@ if agent is None and source is not None:
     agent = type(sys)("tfctl_agent")
     exec(compile(source, path, "exec"), agent.__dict__)
 if agent is None:
-    sys.stdout.write(MARK + '{"ok": false, "kind": "agent_missing", "error": "no agent"}\n')
+    sys.stdout.write(MARK + '{"ok": false, "v": VERSION, "kind": "agent_missing", '
+                     '"error": "no agent"}\n')
     sys.exit(3)
 agent.serve(stdin)
-""".replace("MARK", repr(ANSWER_MARK))
+""".replace("MARK", repr(ANSWER_MARK)).replace("VERSION", str(WIRE_VERSION))
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ def post(transport: Transport, op: str, args: dict[str, Any] | None = None) -> N
         return
     pipe, owed = taken
     try:
-        pipe.send(json.dumps(dict(args or {}, op=op), default=str).encode() + b"\n")
+        pipe.send(_request_line(op, args))
     except BaseException:
         pipe.close()
         raise
@@ -228,8 +230,9 @@ def post(transport: Transport, op: str, args: dict[str, Any] | None = None) -> N
 
 def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
          timeout_s: float | None = 60.0) -> Any:
-    """Run agent operation `op` on the transport's host and return its `result`."""
-    request = json.dumps(dict(args or {}, op=op), default=str).encode() + b"\n"
+    """Run agent operation `op` on the transport's host and return its `result`: wire data,
+    which `agentops` reads into the vocabulary's records (agent/vocab.py)."""
+    request = _request_line(op, args)
     command = agent_command(transport.host.python, transport.host.workdir)
     sessions = _sessions_of(transport)
     taken = sessions.take()
@@ -243,6 +246,7 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
             answer = _marked(res.stdout.encode(errors="replace").splitlines())
             if answer is None:
                 raise _no_answer(transport, op, res.exit_code, res.tail())
+            _same_version(transport, op, answer)
             return _result(transport, answer)
         pipe, owed = opened, 0
         _boot(pipe)
@@ -259,11 +263,31 @@ def call(transport: Transport, op: str, args: dict[str, Any] | None = None,
         answer = _marked([_read_answer(pipe, transport, op, timeout_s, ack_timeout_s)])
         if answer is None:
             raise RemoteError(transport.host.name, f"agent {op}: unreadable answer")
+        _same_version(transport, op, answer)  # else the session is closed, never lent again
     except BaseException:
         pipe.close()
         raise
     sessions.give(pipe)
     return _result(transport, answer)
+
+
+def _request_line(op: str, args: dict[str, Any] | None) -> bytes:
+    """One request as the agent reads it: its arguments, `op`, and the vocabulary's version."""
+    return json.dumps(dict(args or {}, op=op, v=WIRE_VERSION), default=str).encode() + b"\n"
+
+
+def _same_version(transport: Transport, op: str, answer: dict[str, Any]) -> None:
+    """Refuse (`AgentOutdated`) an answer in another version of the vocabulary than ours: an
+    agent of another tfctl, whose records we would misread. One of a newer agent refused the
+    request before acting on it; one without a version is of a tfctl older than versions."""
+    version = answer.get("v")
+    if version == WIRE_VERSION:
+        return
+    said = "no version" if version is None else f"version {version}"
+    raise AgentOutdated(transport.host.name, f"agent {op}: the agent session there answers in "
+                        f"{said} of the wire, this tfctl in version {WIRE_VERSION}: a session "
+                        "another tfctl started (`tfctl disconnect` ends the sessions held for "
+                        "this user)", data=answer)
 
 
 def _boot(pipe: Pipe) -> None:

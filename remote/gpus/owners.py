@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfctl.remote.agent.vocab import TaskRecord
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.gpus.history import HostTelemetry
@@ -219,16 +220,15 @@ def masks_by_host(tasks: Iterable[TaskProcesses]) -> dict[str, dict[str, str]]:
     return out
 
 
-def task_from_status(host: str, raw: Mapping[str, Any]) -> TaskProcesses:
-    """One task of the agent's `status` answer."""
-    pids = {int(p) for p in raw.get("pids") or ()}
-    lines = raw.get("last_lines") or []
-    size = raw.get("log_size_bytes")
+def task_from_status(host: str, raw: TaskRecord | Mapping[str, Any]) -> TaskProcesses:
+    """One task of the agent's `status` answer (its record, or the record's wire data)."""
+    record = TaskRecord.from_wire(raw)
+    lines = record.last_lines
     return TaskProcesses(
-        host=host, name=str(raw["name"]), state=str(raw.get("state", "lost")),
-        pids=tuple(sorted(pids)), mask=raw.get("cuda_visible_devices"),
-        log_size_bytes=None if size is None else int(size),
-        last_line=str(lines[-1]) if lines else "", uptime_s=raw.get("uptime_s"))
+        host=host, name=record.name, state=record.state,
+        pids=tuple(sorted({int(p) for p in record.pids})), mask=record.mask,
+        log_size_bytes=record.log_size_bytes, last_line=str(lines[-1]) if lines else "",
+        uptime_s=record.uptime_s)
 
 
 # -- blocking: one round trip per host ---------------------------------------------------------

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tfctl.remote.agent.vocab import TaskRecord
 from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.reach import clock_hms, reach_json, unreachable_words
@@ -37,31 +38,13 @@ FATAL_TYPES = ("ps", "chief")
 
 
 @dataclass(frozen=True)
-class TaskStatus:
-    name: str
-    host: str
-    state: str
-    """running | starting | exited | killed | stopped | lost | unreachable"""
-    pid: int | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    uptime_s: float | None = None
-    restarts: int = 0
+class TaskStatus(TaskRecord):
+    """A task of the run as its host's agent answered it (the vocabulary's `TaskRecord`, every
+    field of it) with the host that answered and what the client reads of it: whether it
+    ended, failed, waits for a restart, and the line of its log that says most."""
+
     last_line: str = ""
-    mask: str | None = None
-    last_lines: tuple[str, ...] = ()
-    """The log's last lines, as many as the status read asked for (`tail`)."""
-    host_restarted_at_s: float | None = None
-    """When the host restarted, for a task lost to that restart (its records are of an earlier
-    boot); None otherwise. Such a task waits for `tfctl restart`."""
-
-    @property
-    def type(self) -> str:
-        return self.name.split(":")[0]
-
-    @property
-    def index(self) -> int:
-        return int(self.name.split(":")[1])
+    """The log's last line; for a task that failed, the line that names its error."""
 
     @property
     def awaits_restart(self) -> bool:
@@ -198,19 +181,14 @@ def _is_chief(task: TaskStatus, acting_chief: str | None) -> bool:
     return task.type == "chief" or task.name == acting_chief
 
 
-def task_from_agent(host: str, raw: Mapping[str, Any]) -> TaskStatus:
-    lines = raw.get("last_lines") or []
-    task = TaskStatus(
-        name=raw["name"], host=host, state=raw.get("state", "lost"), pid=raw.get("pid"),
-        exit_code=raw.get("exit_code"), signal=raw.get("signal"), uptime_s=raw.get("uptime_s"),
-        restarts=int(raw.get("restarts") or 0), last_line=lines[-1] if lines else "",
-        mask=raw.get("cuda_visible_devices"), last_lines=tuple(lines),
-        host_restarted_at_s=raw.get("host_restarted_at"),
-    )
+def task_from_agent(host: str, record: TaskRecord | Mapping[str, Any]) -> TaskStatus:
+    """The task as `host` answered it: its record whole (or the record's wire data)."""
+    task = TaskStatus.from_wire(record)
+    lines = task.last_lines
+    last = lines[-1] if lines else ""
     if task.failed:  # the line that names the error, not the last stack frame
-        headline = explain(lines).headline
-        task = replace(task, last_line=headline or task.last_line)
-    return task
+        last = explain(lines).headline or last
+    return replace(task, host=host, last_line=last)
 
 
 def fatal_failure(tasks: tuple[TaskStatus, ...],

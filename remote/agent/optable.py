@@ -1,0 +1,165 @@
+"""Every operation of the agent, by the name the client sends: its handler and its request, and
+the agent's entry points, `main` (one request) and `serve` (a session of them).
+
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Last in the program: the table names the handlers of every module before it, and is the only
+place an operation is added.
+
+An answer is `{"ok": true, "v": WIRE_VERSION, "result": ...}` or `{"ok": false, "v": ...,
+"error": "<one sentence>", "kind": "<machine-readable>", ...}`. A request carries the client's
+`v`; one of another version is refused (kind `wire_version`) before anything is done, so that a
+client and an agent of different tfctl versions never act on each other's misread words.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tfctl.remote.agent.lab import op_claims, op_lab, op_release, op_reserve
+from tfctl.remote.agent.lost import op_restart_lost
+from tfctl.remote.agent.main import (
+    hostname,
+    op_connect,
+    op_finish,
+    op_launch,
+    op_listen,
+    op_logs,
+    op_ports,
+    op_prepare,
+    op_probe,
+    op_procs,
+    op_put_files,
+    op_runs,
+    op_status,
+    op_stop,
+    op_sync_diff,
+    op_wait_ports,
+)
+from tfctl.remote.agent.run import AgentError
+from tfctl.remote.agent.tickets import op_gpu_state, op_ticket_drop, op_ticket_put
+from tfctl.remote.agent.up import op_up_check, op_up_go, op_up_mark
+from tfctl.remote.agent.vocab import (
+    ConnectRequest,
+    FinishRequest,
+    LaunchRequest,
+    ListenRequest,
+    LogsRequest,
+    PortsRequest,
+    PrepareRequest,
+    ProbeRequest,
+    ProcsRequest,
+    PutFilesRequest,
+    RunRef,
+    RunsRequest,
+    StatusRequest,
+    StopRequest,
+    SyncDiffRequest,
+    UpCheckRequest,
+    UpGoRequest,
+    WaitPortsRequest,
+    Wire,
+)
+from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK, WIRE_VERSION
+
+OPS: dict[str, tuple[Callable[[Any], Any], type[Wire] | None]] = {
+    # op name: (handler, its request's record; None: the handler reads the request's dict)
+    "probe": (op_probe, ProbeRequest),
+    "ports": (op_ports, PortsRequest),
+    "listen": (op_listen, ListenRequest),
+    "connect": (op_connect, ConnectRequest),
+    "procs": (op_procs, ProcsRequest),
+    "sync_diff": (op_sync_diff, SyncDiffRequest),
+    "put_files": (op_put_files, PutFilesRequest),
+    "prepare": (op_prepare, PrepareRequest),
+    "launch": (op_launch, LaunchRequest),
+    "wait_ports": (op_wait_ports, WaitPortsRequest),
+    "status": (op_status, StatusRequest),
+    "stop": (op_stop, StopRequest),
+    "finish": (op_finish, FinishRequest),
+    "runs": (op_runs, RunsRequest),
+    "logs": (op_logs, LogsRequest),
+    "up_check": (op_up_check, UpCheckRequest),
+    "up_go": (op_up_go, UpGoRequest),
+    "up_mark": (op_up_mark, RunRef),
+    "restart_lost": (op_restart_lost, RunRef),
+    "lab": (op_lab, None),
+    "claims": (op_claims, None),
+    "reserve": (op_reserve, None),
+    "release": (op_release, None),
+    "gpu_state": (op_gpu_state, None),
+    "ticket_put": (op_ticket_put, None),
+    "ticket_drop": (op_ticket_drop, None),
+}
+
+
+def answer_to(req: dict[str, Any]) -> Any:
+    """The result of one request (its record as wire data), or AgentError."""
+    op = str(req.get("op"))
+    version = req.get("v")
+    if version is not None and version != WIRE_VERSION:
+        raise AgentError("wire_version", f"the agent on {hostname()} speaks wire version "
+                         f"{WIRE_VERSION}, the request version {version}: nothing was done")
+    found = OPS.get(op)
+    if found is None:
+        raise AgentError("unknown_op", f"unknown agent operation {req.get('op')!r}")
+    handler, request = found
+    if request is None:
+        return _as_wire(handler(req))
+    typed = request.from_wire(req)
+    missing = typed.missing()
+    if missing:
+        raise AgentError("bad_request", f"the {op} request needs '{missing[0]}'")
+    return _as_wire(handler(typed))
+
+
+def _as_wire(result: Any) -> Any:
+    return result.to_wire() if isinstance(result, Wire) else result
+
+
+def main(req: dict[str, Any], mark: str = "") -> None:
+    """Run one request and print its answer as the last line of stdout, after `mark`."""
+    try:
+        answer: dict[str, Any] = {"ok": True, "v": WIRE_VERSION, "result": answer_to(req)}
+    except AgentError as exc:
+        answer = dict(exc.extra, ok=False, v=WIRE_VERSION, error=exc.message, kind=exc.kind)
+    except Exception as exc:  # report any failure as one JSON answer, with its traceback
+        answer = {"ok": False, "v": WIRE_VERSION, "kind": "internal",
+                  "error": f"agent {req.get('op')} failed on {hostname()}: "
+                           f"{type(exc).__name__}: {exc}",
+                  "detail": _traceback_text()}
+    sys.stdout.write(mark + json.dumps(answer, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _traceback_text() -> str:
+    import traceback  # imported when it is needed: every agent start pays for its imports
+
+    return traceback.format_exc(limit=6)
+
+
+def serve(stream: Any) -> None:
+    """Answer one JSON request per line of `stream` (binary) until it ends: a session.
+
+    tfctl keeps one such session per host for a whole command (agentclient), so an operation
+    costs a line each way instead of a new interpreter. Answers carry `ANSWER_MARK`, so that
+    anything else a child process might print on our stdout is never taken for an answer. Each
+    request is acknowledged at once (`ACK_LINE`): on a session that has been idle, a missing
+    acknowledgement tells the client within its connect timeout that the link is dead, however
+    long the operation itself may take.
+    """
+    while True:
+        line = stream.readline()
+        if not line:
+            return
+        if not line.strip():
+            continue
+        sys.stdout.write(ACK_LINE)
+        sys.stdout.flush()
+        try:
+            req = json.loads(line)
+        except ValueError as exc:
+            req = {"op": f"<unreadable request: {exc}>"}
+        main(req if isinstance(req, dict) else {"op": repr(req)}, ANSWER_MARK)

@@ -1,0 +1,608 @@
+"""The agent's vocabulary: every request tfctl sends a host's agent and every answer it reads.
+
+Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, no tfctl imports. The same
+classes are the client's (`connect/agentops.py` builds the requests and reads the answers with
+them) and the agent's (its `op_*` functions read the requests and answer with them), so a field
+is written once, here, and both sides agree on its name, its default and its shape.
+
+Each record is a frozen dataclass with one `to_wire()` (a JSON-ready dict) and one `from_wire()`,
+both over `dataclasses.fields`: keys the class does not know are ignored and a key missing takes
+the field's default, so a record of an older agent still reads. A class names where it differs
+from that rule in two small tables: `WIRE_NAMES` (a field's key on the wire, where the agent has
+always spelt it otherwise) and `NESTED` (the record class of a field that holds records: one,
+a tuple of them, or a dict of them by name).
+
+`WIRE_VERSION` (wire.py) travels in every request and every answer: an agent that finds another
+version in a request refuses it (kind `wire_version`) without acting on it, and the client tells
+an answer of another version apart (`errors.AgentOutdated`).
+"""
+
+# The records' tables (WIRE_NAMES, NESTED, REQUIRED) are class attributes without annotations:
+# on a host, where `typing` is not imported, dataclasses would take a `ClassVar[...]` string for
+# a field. They are never mutated.
+# ruff: noqa: RUF012
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+MYPY = False  # true for the type checker only: the type variable is its, never the host's
+if MYPY:
+    from typing import TypeVar
+
+    _W = TypeVar("_W", bound="Wire")
+
+ONE, MANY, BY_NAME = "one", "many", "by_name"
+"""How a field holds records (`Wire.NESTED`): one, a tuple of them, a dict name → record."""
+
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+_FIELDS: dict[type, tuple[tuple[str, str, str, Any], ...]] = {}
+
+
+class Wire:
+    """`to_wire`/`from_wire` over a dataclass's fields (the vocabulary's records derive from it)."""
+
+    WIRE_NAMES: ClassVar[dict[str, str]] = {}
+    """field → its key on the wire, where the two differ."""
+    NESTED: ClassVar[dict[str, tuple[str, type[Wire]]]] = {}
+    """field → (ONE | MANY | BY_NAME, the record class of its value)."""
+    REQUIRED: ClassVar[tuple[str, ...]] = ()
+    """A request's fields without which the agent refuses it (`bad_request`)."""
+
+    @classmethod
+    def _fields(cls) -> tuple[tuple[str, str, str, Any], ...]:
+        """(field, wire key, annotation, nested) of each field, computed once per class."""
+        found = _FIELDS.get(cls)
+        if found is None:
+            found = _FIELDS[cls] = tuple(
+                (f.name, cls.WIRE_NAMES.get(f.name, f.name), str(f.type), cls.NESTED.get(f.name))
+                for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        return found
+
+    def to_wire(self) -> dict[str, Any]:
+        """The record as JSON-ready data, keyed as the wire spells each field."""
+        return {key: _plain(getattr(self, name)) for name, key, _, _ in self._fields()}
+
+    @classmethod
+    def from_wire(cls: type[_W], raw: Mapping[str, Any] | Wire | None) -> _W:
+        """The record from wire data (a record of this class passes through as it is)."""
+        if isinstance(raw, cls):
+            return raw
+        if isinstance(raw, Wire):  # a record of another class: by the fields the two share
+            raw = raw.to_wire()
+        raw = raw or {}
+        given: dict[str, Any] = {}
+        for name, key, annotation, nested in cls._fields():
+            if key not in raw:
+                continue
+            value = raw[key]
+            if value is None:
+                if annotation in _SCALARS:  # null where the field is never None: its default
+                    continue
+            else:
+                value = _read(nested, value) if nested else _cast(annotation, value)
+            given[name] = value
+        return cls(**given)
+
+    def missing(self) -> list[str]:
+        """The `REQUIRED` fields this request lacks."""
+        return [name for name in self.REQUIRED if getattr(self, name) is None]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Wire):
+        return value.to_wire()
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _cast(annotation: str, value: Any) -> Any:
+    if annotation.startswith("tuple") and isinstance(value, list):
+        return tuple(value)
+    scalar = _SCALARS.get(annotation)
+    if scalar is not None and not isinstance(value, scalar):
+        try:
+            return scalar(value)
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def _read(nested: tuple[str, type[Wire]], value: Any) -> Any:
+    shape, kind = nested
+    if shape == MANY:
+        return tuple(kind.from_wire(v) for v in value)
+    if shape == BY_NAME:
+        named = "name" in {f[0] for f in kind._fields()}
+        return {k: kind.from_wire(dict(v, name=k) if named and isinstance(v, dict) and
+                                  "name" not in v else v) for k, v in value.items()}
+    return kind.from_wire(value)
+
+
+# ---------------------------------------------------------------- a task
+
+@dataclass(frozen=True)
+class TaskRecord(Wire):
+    """One task of a run: what the plan made of it (as the run's manifest carries it: name, host,
+    port, mask) and what its host's agent sees of it now (state, processes, exit, log).
+
+    The agent answers each task's record whole (`status`), built from the manifest's task by
+    field name: a field the plan gives a task (`inventory/tasks.py` `Task.to_json`) and this
+    record declares travels to `tfctl status` without another line of code."""
+
+    WIRE_NAMES = {"mask": "cuda_visible_devices", "host_restarted_at_s": "host_restarted_at"}
+
+    name: str = ""
+    host: str = ""
+    state: str = "lost"
+    """running | starting | not_started | exited | killed | stopped | lost (| unreachable)"""
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    uptime_s: float | None = None
+    restarts: int = 0
+    mask: str | None = None
+    """The task's CUDA_VISIBLE_DEVICES ("" for CPU-only tasks; None where not known)."""
+    last_lines: tuple[str, ...] = ()
+    """The log's last lines, as many as the status read asked for (`tail`; more for a task
+    that failed, whose error line is above its stack frames)."""
+    host_restarted_at_s: float | None = None
+    """When the host restarted, for a task lost to that restart (its records are of an earlier
+    boot); None otherwise. Such a task waits for `tfctl restart`."""
+    type: str = ""
+    index: int = -1
+    port: int | None = None
+    pgid: int | None = None
+    supervisor_pid: int | None = None
+    pids: tuple[int, ...] = ()
+    """Every live process of the task (children that left its group included)."""
+    listening_pid: int | None = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    last_exit: dict[str, Any] | None = None
+    """How the task's previous process ended, where its restart policy started it again."""
+    log_size_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.type and ":" in self.name:  # a record that names the task only
+            kind, _, index = self.name.partition(":")
+            object.__setattr__(self, "type", kind)
+            object.__setattr__(self, "index", int(index) if index.isdigit() else -1)
+
+
+# ---------------------------------------------------------------- ports
+
+@dataclass(frozen=True)
+class PortState(Wire):
+    """One port on a host: free, or the process listening on it where this user may see it."""
+
+    port: int = 0
+    free: bool = True
+    pid: int | None = None
+    pgid: int | None = None
+    user: str | None = None
+    cmdline: list[str] | None = None
+    tfctl_run_id: str | None = None
+    """The tfctl run whose task holds it, if any."""
+    tfctl_task: str | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.tfctl_run_id
+
+    @property
+    def task(self) -> str | None:
+        return self.tfctl_task
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The port's record as the wire has it (what `runs.check.describe_holder` reads)."""
+        return self.to_wire()
+
+
+@dataclass(frozen=True)
+class PortsRequest(Wire):
+    ports: tuple[int, ...] = ()
+    choose: dict[str, Any] | None = None
+    """Ports to choose for the tasks `job.ports` writes none for (agent/freeports.py)."""
+    release: str | None = None
+    """The lease token of an `up` that will not start: its leases go."""
+
+
+@dataclass(frozen=True)
+class PortsAnswer(Wire):
+    NESTED = {"ports": (MANY, PortState)}
+
+    ports: tuple[PortState, ...] = ()
+    choose: dict[str, Any] | None = None
+    """{"chosen": {task: port}, "short": [tasks no free port was left for]}."""
+
+
+@dataclass(frozen=True)
+class ListenRequest(Wire):
+    ports: tuple[int, ...] = ()
+    seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class ConnectRequest(Wire):
+    targets: tuple[str, ...] = ()
+    timeout_s: float = 3.0
+
+
+@dataclass(frozen=True)
+class ProbeRequest(Wire):
+    workdir: str | None = None
+    ask_tf: bool = False
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
+class ProcsRequest(Wire):
+    pids: tuple[int, ...] = ()
+
+
+# ---------------------------------------------------------------- sync
+
+@dataclass(frozen=True)
+class SyncDiff(Wire):
+    """Which listed paths differ in the host's workdir (op `sync_diff`, which also creates it)."""
+
+    WIRE_NAMES = {"has_rsync": "rsync"}
+
+    dest: str = ""
+    """The workdir, expanded on the host."""
+    has_rsync: bool = False
+    count: int | None = None
+    """How many differ (None: not known, e.g. the agent could not run)."""
+    differ: tuple[str, ...] | None = None
+    """Those paths, or None when there are too many to list (rsync the whole tree)."""
+
+
+@dataclass(frozen=True)
+class SyncDiffRequest(Wire):
+    REQUIRED = ("workdir", "entries")
+
+    workdir: str | None = None
+    entries: str | None = None
+    """[path, signature] as JSON, zlib, base64 (`sync/listing.py`)."""
+
+
+@dataclass(frozen=True)
+class PutFilesRequest(Wire):
+    REQUIRED = ("workdir", "files")
+
+    workdir: str | None = None
+    files: Any = None
+
+
+@dataclass(frozen=True)
+class PutAnswer(Wire):
+    written: tuple[str, ...] = ()
+    bytes: int = 0
+    refused: str | None = None
+
+
+# ---------------------------------------------------------------- a run's life
+
+@dataclass(frozen=True)
+class PrepareRequest(Wire):
+    REQUIRED = ("workdir", "run_id", "manifest")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    manifest: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class PrepareAnswer(Wire):
+    run_id: str = ""
+    run_dir: str = ""
+
+
+@dataclass(frozen=True)
+class TaskPid(Wire):
+    pid: int = 0
+    pgid: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchRequest(Wire):
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    tasks: list[str] | None = None
+    """The tasks to start (every task of the run when None)."""
+
+
+@dataclass(frozen=True)
+class LaunchAnswer(Wire):
+    NESTED = {"tasks": (BY_NAME, TaskPid)}
+
+    tasks: dict[str, TaskPid] = field(default_factory=dict)
+    watcher_pid: int | None = None
+    claim_warning: str | None = None
+
+
+@dataclass(frozen=True)
+class RestartLostAnswer(Wire):
+    """The lost tasks a host started again (op `restart_lost`), and its watcher."""
+
+    NESTED = {"tasks": (BY_NAME, TaskPid)}
+    WIRE_NAMES = {"host_restarted_at_s": "host_restarted_at"}
+
+    tasks: dict[str, TaskPid] = field(default_factory=dict)
+    watcher_pid: int | None = None
+    host_restarted_at_s: float | None = None
+    """When the host restarted, if that is how (some of) the tasks were lost."""
+    claim_warning: str | None = None
+
+
+@dataclass(frozen=True)
+class StartState(Wire):
+    """How a starting task is doing after a wait for its port."""
+
+    name: str = ""
+    state: str = "timeout"
+    """"listening" | "running" | "exited" | "killed" | "stopped" | "lost" | "timeout" """
+    exit_code: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    port: int | None = None
+    port_holder: dict[str, Any] | None = None
+    """Who holds the port of a task that timed out (a `PortState` as the wire has it)."""
+    last_lines: tuple[str, ...] = ()
+    pid: int | None = None
+
+    @property
+    def started(self) -> bool:
+        """Listening (or running without a port), or already done with success."""
+        return self.state in ("listening", "running") or (
+            self.state == "exited" and self.exit_code == 0)
+
+
+@dataclass(frozen=True)
+class WaitPortsRequest(Wire):
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    tasks: list[str] | None = None
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class WaitPortsAnswer(Wire):
+    NESTED = {"tasks": (BY_NAME, StartState)}
+
+    tasks: dict[str, StartState] = field(default_factory=dict)
+    ready: bool = False
+
+
+@dataclass(frozen=True)
+class StatusRequest(Wire):
+    REQUIRED = ("workdir",)
+
+    workdir: str | None = None
+    run_id: str | None = None
+    """The run (the host's newest when None)."""
+    tail: int = 1
+    mark_up: bool = False
+    """`up` verified every task of the run: the host's watcher may trust it."""
+
+
+@dataclass(frozen=True)
+class StatusAnswer(Wire):
+    """One host's view of a run (op `status`): each of its tasks' records, and the run's."""
+
+    NESTED = {"tasks": (MANY, TaskRecord)}
+
+    run_id: str = ""
+    run_dir: str = ""
+    tasks: tuple[TaskRecord, ...] = ()
+    finished: dict[str, Any] | None = None
+    live: bool = False
+    created_at: float | None = None
+    inventory: str | None = None
+    hostname: str | None = None
+    silences: tuple[dict[str, Any], ...] = ()
+    """What the run's watcher there cannot reach now (agent/watch.py): task, since, why."""
+    records: dict[str, Any] | None = None
+    """Since when and why the run's records stopped there (agent/disk.py), or None."""
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(t, TaskRecord) for t in self.tasks):  # records given as data
+            object.__setattr__(self, "tasks", tuple(TaskRecord.from_wire(t) for t in self.tasks))
+
+
+@dataclass(frozen=True)
+class StopRequest(Wire):
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    tasks: list[str] | None = None
+    """Only these tasks (the whole run when None)."""
+    known_only: bool = False
+    """Of `tasks`, only those that run here (other hosts' names are passed over)."""
+    grace_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class StopAnswer(Wire):
+    """What stopping (part of) a run on one host did (op `stop`), verified by the agent."""
+
+    stopped: tuple[str, ...] = ()
+    killed_after_grace: tuple[str, ...] = ()
+    """Tasks that needed SIGKILL after the grace period."""
+    remaining_pids: tuple[int, ...] = ()
+    """The run's processes still alive after SIGKILL (should be none)."""
+    gpu_pids: tuple[int, ...] = ()
+    """Of the run's processes, those nvidia-smi still shows holding GPU memory."""
+    gpu_error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        return not self.remaining_pids and not self.gpu_pids
+
+
+@dataclass(frozen=True)
+class FinishRequest(Wire):
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    status: dict[str, Any] | None = None
+    """How the run ended: {"state", "exit_code", "cause"}."""
+
+
+@dataclass(frozen=True)
+class RunsRequest(Wire):
+    REQUIRED = ("workdir",)
+
+    workdir: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord(Wire):
+    """One run a host's workdir holds (op `runs`)."""
+
+    run_id: str = ""
+    live: bool = False
+    created_at: float | None = None
+    tasks: tuple[str, ...] = ()
+    run_dir: str = ""
+    inventory: str | None = None
+    outputs: tuple[str, ...] = ()
+    finished: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunsAnswer(Wire):
+    NESTED = {"runs": (MANY, RunRecord)}
+
+    runs: tuple[RunRecord, ...] = ()
+    """Newest first."""
+
+
+@dataclass(frozen=True)
+class RunRef(Wire):
+    """A request about one run of the host: `up_mark`, `restart_lost` (with `tasks`)."""
+
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    tasks: list[str] | None = None
+
+
+# ---------------------------------------------------------------- logs
+
+@dataclass(frozen=True)
+class LogChunk(Wire):
+    data: str = ""
+    offset: int = 0
+    """Where the next read of this log starts."""
+    reset: bool = False
+    """The log was truncated or replaced since the offset asked for."""
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class LogsRequest(Wire):
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    offsets: dict[str, int] | None = None
+    """task → where to read its log from (a negative offset: its last `tail_lines`)."""
+    tasks: list[str] | None = None
+    max_bytes: int = 65536
+    tail_lines: int | None = None
+
+
+@dataclass(frozen=True)
+class LogsAnswer(Wire):
+    NESTED = {"logs": (BY_NAME, LogChunk)}
+
+    logs: dict[str, LogChunk] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- `up` in two requests per host
+
+@dataclass(frozen=True)
+class UpCheckRequest(Wire):
+    REQUIRED = ("workdir",)
+
+    workdir: str | None = None
+    entries: str | None = None
+    """The synced tree's digests (as `sync_diff` takes them; None: no sync asked)."""
+    setup: dict[str, Any] | None = None
+    """{"digest", "inputs"} of `job.setup` (None: no setup asked)."""
+    gpus_script: str | None = None
+    ports: tuple[int, ...] = ()
+    choose: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class UpCheck(Wire):
+    """Everything `up` must know of one host before anything starts anywhere (op `up_check`)."""
+
+    NESTED = {"sync": (ONE, SyncDiff), "ports": (MANY, PortState)}
+    WIRE_NAMES = {"chosen": "choose"}
+
+    sync: SyncDiff | None = None
+    """What differs of the synced tree (None: no sync asked)."""
+    setup: dict[str, Any] | None = None
+    """{"cached": bool, "hash", "log", "done_at"} (None: no setup asked)."""
+    gpus_stdout: str | None = None
+    """The busy-GPU program's output (None: no GPU task here)."""
+    ports: tuple[PortState, ...] = ()
+    claims: dict[str, Any] | None = None
+    """The host's claims, as op `claims` answers (None: no GPU task here)."""
+    chosen: dict[str, Any] | None = None
+    """The free ports for the tasks whose port is chosen at up (None: none asked), as
+    op `ports` answers `choose`."""
+    gpus_error: str | None = None
+
+
+@dataclass(frozen=True)
+class UpGoRequest(Wire):
+    REQUIRED = ("workdir", "run_id")
+
+    workdir: str | None = None
+    run_id: str | None = None
+    manifest: dict[str, Any] | None = None
+    """The run's manifest: prepare the run first (None: it is prepared)."""
+    setup_log: str | None = None
+    launch: tuple[str, ...] = ()
+    wait: tuple[str, ...] = ()
+    timeout_s: float = 2.0
+    status: int | None = None
+    """With every task up, answer the host's status with this many log lines (None: none)."""
+    verify_ports: tuple[int, ...] = ()
+    lease_token: str | None = None
+
+
+@dataclass(frozen=True)
+class UpGo(Wire):
+    """One round of a host's start (op `up_go`): the tasks settled, and with every task of the
+    host up in the last phase, its status."""
+
+    NESTED = {"waited": (BY_NAME, StartState), "status": (ONE, StatusAnswer),
+              "pids": (BY_NAME, TaskPid)}
+
+    waited: dict[str, StartState] = field(default_factory=dict)
+    status: StatusAnswer | None = None
+    pids: dict[str, TaskPid] | None = None
+    watcher_pid: int | None = None
+    claim_warning: str | None = None
+    at: float | None = None
