@@ -56,7 +56,7 @@ def sync_phase(fleet: Fleet, checked: Checked, listed: SourceListing, source: st
     hooks.synced(result)
     if result.failed:
         raise SyncFailed(result.failed)
-    return {h for h, r in done.succeeded.items() if r.method != "unchanged"}
+    return {h for h, r in done.succeeded.items() if r.method not in ("unchanged", "skipped")}
 
 
 def setup_phase(fleet: Fleet, checked: Checked, synced: set[str], force: bool, say: OnEvent,
