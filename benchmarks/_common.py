@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PYTHON = sys.executable
-LIGHT_JOB = ROOT / "tests" / "lightjob.py"
+LIGHT_JOB = ROOT / "tests" / "support" / "lightjob.py"
 
 
 def cpu_model() -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from _common import Timed, kill_tagged, machine_busy_s, ssh_options, timed, wait_until
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 
 def pdsh_envs(lab: Lab, runtime: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -51,7 +51,7 @@ from _common import (
 from _pdsh import pdsh_envs, pdsh_once
 from lab_scale import PORTS, TASKS, down_watched, run_id_of
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 
 def timed_held(argv: list[str], env: dict[str, str]) -> Timed:

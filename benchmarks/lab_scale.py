@@ -4,9 +4,9 @@
     python benchmarks/lab_scale.py                  # 16 hosts, 3 repetitions (root: netns lab)
     python benchmarks/lab_scale.py --hosts 8 --reps 5 --grace 2
 
-A lab of real sshd hosts (tests/lab) runs a light job (tests/lightjob.py, no TensorFlow: it binds
-its task port and idles) as 3 processes per host: ps:1 and 2 CPU workers. Per repetition, in a
-rotating order:
+A lab of real sshd hosts (tests/support/lab) runs a light job (tests/support/lightjob.py, no
+TensorFlow: it binds its task port and idles) as 3 processes per host: ps:1 and 2 CPU workers. Per
+repetition, in a rotating order:
   pdsh       `pdsh -f 32 -R ssh` merely launching the same 3 processes per host, detached, with
              the same key and strict host-key checking (no check that they started);
   up         `tfctl up --no-sync --ps-first`: checks, run dirs, ps first and until they listen,
@@ -71,7 +71,7 @@ from _common import (
 )
 from _pdsh import pdsh_envs, pdsh_once
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 TASKS = ("ps:0", "worker:0", "worker:1")
 PORTS = {"ps": 2222, "worker": 2223}

@@ -8,7 +8,7 @@ claim is not needed: `lab` reads every host's GPUs, compute apps, their processe
 claims folder in its one request, `status` the run's tasks in its one. Every command is a fresh
 process with held connections (`--persist 60`, remote/connect/hold), typed one after another,
 in alternating order; `cold` is the first command after `tfctl disconnect`. Prints medians of
-wall-clock seconds and lab ÷ status. Needs root (network-namespace lab hosts, tests/lab).
+wall-clock seconds and lab ÷ status. Needs root (network-namespace lab hosts, tests/support/lab).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from _common import PYTHON, light_job_dir, machine_line, median, ratio, tfctl_argv, timed
 from lab_scale import run_id_of
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 
 def main() -> int:

@@ -3,11 +3,11 @@
 
     python benchmarks/slurm_start.py              # 2 lab hosts, 3 repetitions (root: needs
     python benchmarks/slurm_start.py --reps 5     # the namespace lab and slurm-wlm + munge)
-    python benchmarks/slurm_start.py --light      # tests/lightjob.py: no TensorFlow import
+    python benchmarks/slurm_start.py --light      # tests/support/lightjob.py: no TensorFlow import
 
 The same job both ways: the bundled trainer (examples/train.py, style flags: ps:0 and worker:0
-on h1, worker:1 on h2) on the lab of tests/lab, and as one Slurm job on a real Slurm over the
-same hosts (tests/lab/slurm.py: slurmctld here, a slurmd in each host's namespace). Per
+on h1, worker:1 on h2) on the lab of tests/support/lab, and as one Slurm job on a real Slurm over
+the same hosts (tests/support/lab/slurm.py: slurmctld here, a slurmd in each host's namespace). Per
 repetition, interleaved (order alternating), each after one unmeasured warm-up of each (so the
 code is synced and every sync is a no-change one): the start of `up` until
 
@@ -15,8 +15,8 @@ code is synced and every sync is a no-change one): the start of `up` until
 - Slurm only: the job's first step started (the batch script's `started` line),
 - the first training step (the first `step N` line in any worker's log),
 
-each followed by `tfctl down`. With `--light` the job is tests/lightjob.py (a step every 0.2 s,
-no TensorFlow): what tfctl and Slurm add, without the seconds of importing TensorFlow that
+each followed by `tfctl down`. With `--light` the job is tests/support/lightjob.py (a step every
+0.2 s, no TensorFlow): what tfctl and Slurm add, without the seconds of importing TensorFlow that
 dominate (and, on this shared 2-core machine, blur) the real job's figure. The Slurm here is
 idle and schedules at once (`sched_interval=1`): a real cluster's queue wait comes on top of
 the figure and is not measured.
@@ -37,8 +37,8 @@ from pathlib import Path
 import yaml
 from _common import LIGHT_JOB, ROOT, machine_line, median, ratio, tfctl_argv, timed
 
-from tests.lab import Lab
-from tests.lab.slurm import SlurmCluster, slurm_missing
+from tests.support.lab import Lab
+from tests.support.lab.slurm import SlurmCluster, slurm_missing
 
 EXAMPLES = ROOT / "examples"
 STEP = re.compile(r"^step \d+ ", re.M)

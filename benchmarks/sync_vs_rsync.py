@@ -5,7 +5,7 @@
     python benchmarks/sync_vs_rsync.py --files 5000 --reps 7 --hosts 4
 
 The source holds `--files` small files in 50 folders. Both contenders sync it to a lab host
-(tests/lab: a real sshd) with the same key and strict host-key checking, into two different
+(tests/support/lab: a real sshd) with the same key and strict host-key checking, into two different
 folders, each synced once before timing. Per repetition, interleaved (order alternating):
   no change   `tfctl sync` (a fresh process, as a user runs it) and `rsync -a -e 'ssh ...'`, and
               tfctl's sync step inside `up` (`sync_all` on a fresh connection, no CLI start-up)
@@ -36,7 +36,7 @@ from _common import (
     timed,
 )
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 from tfctl.inventory.load import load_inventory
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.sync.rsync import sync_all

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin  # noqa: E402
+from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin  # noqa: E402
 from tfctl.inventory.model import Host, Inventory, Job  # noqa: E402
 from tfctl.remote.connect.fleet import Fleet  # noqa: E402
 from tfctl.remote.connect.transport import Transport  # noqa: E402
@@ -155,7 +155,7 @@ def main() -> int:
                 costs = run(fleet, args.ticks, args.interval_ms, over_ssh=False)
             where = "local transport (subprocess)"
         else:
-            from tests.lab import Lab
+            from tests.support.lab import Lab
             from tfctl.inventory.load import load_inventory
 
             with Lab(["bench"]) as lab:

@@ -8,8 +8,8 @@
 Two figures per start: until `up` returns (every task verified listening), and until the first
 training step (the first `step N` line of any worker's log) — what a user waits for.
 
-The bundled trainer (examples/train.py, style flags) on lab hosts (tests/lab, real sshd), synced
-once before the runs. Per repetition, interleaved (order alternating): `tfctl up --no-sync`
+The bundled trainer (examples/train.py, style flags) on lab hosts (tests/support/lab, real sshd),
+synced once before the runs. Per repetition, interleaved (order alternating): `tfctl up --no-sync`
 with `--ps-first` (parameter servers first and until they listen, then the workers until they
 listen) and without (every task in one launch, then each verified listening),
 each followed by `tfctl down`. With `--baseline DIR` (another version's `tfctl/` tree, as in
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from _common import ROOT, machine_line, median, ratio, stop_holders, tfctl_argv, timed
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 EXAMPLES = ROOT / "examples"
 

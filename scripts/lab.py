@@ -20,8 +20,8 @@ from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.lab import Lab, destroy_lab_dir
-from tests.lab.layout import STATE_FILE, running_owner
+from tests.support.lab import Lab, destroy_lab_dir
+from tests.support.lab.layout import STATE_FILE, running_owner
 
 
 def _gpus(text: str) -> dict[str, int]:

@@ -11,7 +11,7 @@ Each cycle is the real command line (a new `tfctl` process each time, as a user 
 - runs whose logs were kept on every host (one per task): must be all of them;
 and exits 0 only when all three hold and every command succeeded. Needs the network-namespace
 lab (root): each host its own ports. Slow by design, so not in the default test suite;
-`tests/test_lab_faults.py::test_soak_up_down_cycles` (marked slow) runs it on the session lab.
+`tests/lab/test_lab_faults.py::test_soak_up_down_cycles` (marked slow) runs it on the session lab.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.labtools import job_dir, processes_of_run, run_id_from, tfctl
+from tests.support.labtools import job_dir, processes_of_run, run_id_from, tfctl
 
 TASK_PORTS = (2222, 2223)
 JOB = {"script": "job.py", "style": "flags", "args": ["--forever"]}
@@ -64,7 +64,8 @@ class SoakResult:
 
 def soak(lab: Any, cycles: int, say: Callable[[str], None] = print,
          grace_s: float = 2.0) -> SoakResult:
-    """Run `cycles` up/down cycles on `lab` (a tests.lab.Lab in namespace mode) and count."""
+    """Run `cycles` up/down cycles on `lab` (a tests.support.lab.Lab in namespace mode) and
+    count."""
     if not lab.isolated:
         raise RuntimeError("the soak needs the network-namespace lab (root and `ip netns`)")
     base = Path(tempfile.mkdtemp(prefix="tfctl-soak-"))
@@ -130,7 +131,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("the soak needs root (the lab's network namespaces)", file=sys.stderr)
         return 2
-    from tests.lab import Lab
+    from tests.support.lab import Lab
 
     with Lab(args.hosts, isolated=True) as lab:
         result = soak(lab, args.cycles, grace_s=args.grace)

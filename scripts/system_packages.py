@@ -2,8 +2,8 @@
 """The system programs the tests need: read from `scripts/system-packages.txt`, found or missing.
 
 One reader for the list, used by `scripts/test` (which installs what is missing) and by
-`tests/test_system_packages.py` (which checks that every program the code runs is on the list).
-Standard library only: it runs before the project's venv exists.
+`tests/install/test_system_packages.py` (which checks that every program the code runs is on the
+list). Standard library only: it runs before the project's venv exists.
 
     python3 scripts/system_packages.py missing   # one line on stderr, missing packages on stdout
 """

@@ -14,7 +14,7 @@ in) and changed ones (always). The hops are opened one by one in order, so a fai
 hop that failed; the gateway channel is opened with the connect timeout (Fabric's has none).
 
 Fabric is imported with this module, which only `ssh.SshTransport` imports, on a command's
-first connection: `--help`, `plan` and `init` never load it (tests/test_layers.py).
+first connection: `--help`, `plan` and `init` never load it (tests/install/test_layers.py).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 The app takes these by injection, bundled in `Sources` (`tfctl.tui.app.factory.make_app(controller,
 telemetry, ...)` builds it): the real `tfctl.remote.runs.controller.RunController`, a telemetry
-hub streaming nvidia-smi, and the fakes in `tests/fakes/ui_sources.py` all satisfy them without
-importing this module, so the remote floor never depends on the UI floor. Why Protocols and not
-base classes: the remote layer must not import `tfctl.tui`, and the fakes should be plain objects.
+hub streaming nvidia-smi, and the fakes in `tests/support/fakes/ui_sources.py` all satisfy them
+without importing this module, so the remote floor never depends on the UI floor. Why Protocols
+and not base classes: the remote layer must not import `tfctl.tui`, and the fakes should be plain
+objects.
 
 Calling rules the app follows (and implementations may rely on):
 - `RunControl` methods block (SSH); the app calls them only from thread workers, one action at a

@@ -1,0 +1,1 @@
+"""The bundled example trainer and evaluator (examples/), run for real on loopback."""

@@ -1,0 +1,62 @@
+"""The cluster spec on real sshd hosts: hosts named by ~/.ssh/config aliases (behind an
+`Include`, one behind a jump host) train together with real TensorFlow, since the spec names
+their HostNames, which the hosts can reach (the lab's /etc/hosts knows only h1..hN, never the
+aliases); and a name the hosts cannot resolve is said to be that, not a firewall.
+
+The pure parts (the plan, `ssh -G`, check's words): tests/unit/test_cluster_address.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.labtools import aliased_jump_inventory, examples_job_dir, job_dir, tfctl
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.mark.tf
+def test_hosts_named_by_ssh_aliases_train_to_the_end_and_pass_check(lab, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                                    ) -> None:
+    job = {"script": "train.py", "strategy": "parameter_server", "chief": True,
+           "args": ["--steps=20", "--log_every=10", "--train_dir=out/aliases"]}
+    inv, home = aliased_jump_inventory(lab, tmp_path, job, include=True,
+                                       folder=examples_job_dir(tmp_path))
+    env = {"HOME": str(home)}
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    plan = json.loads(tfctl(inv, "plan", "--json", env=env).stdout)
+    assert plan["cluster"]["ps"] == [f"{h1.address}:2222", f"{h2.address}:2222"], plan["cluster"]
+    assert "box" not in json.dumps(plan["cluster"])  # the aliases stay on the client
+    check = tfctl(inv, "check", "-v", env=env, timeout=180)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "h1: reaches 2 task ports on its peers" in check.stdout  # h2's ps and worker
+    assert "h2: reaches 3 task ports on its peers" in check.stdout  # h1's, and the chief's
+    up = tfctl(inv, "up", env=env, timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        wait = tfctl(inv, "wait", "--timeout", "240", env=env, timeout=300)
+        logs = tfctl(inv, "logs", "-n", "200", env=env).stdout
+        assert wait.returncode == 0, wait.stdout + wait.stderr + logs
+        assert "chief:0 | RESULT" in logs and '"style": "ps_strategy"' in logs, logs
+    finally:
+        tfctl(inv, "down", "--grace", "1", env=env)
+
+
+def test_a_cluster_address_the_hosts_cannot_resolve_is_said_to_be_that(lab, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                                       ) -> None:
+    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
+                              {"script": "job.py", "style": "flags"}, hosts=["h1", "h2"],
+                              host_fields={"h2": {"cluster_address": "nosuchhost.invalid"}})
+    plan = tfctl(inv, "plan")
+    assert "ps_hosts=" in plan.stdout and "nosuchhost.invalid:2222" in plan.stdout, plan.stdout
+    check = tfctl(inv, "check", timeout=180)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert ("h1: cannot resolve 'nosuchhost.invalid', the name the cluster spec gives h2"
+            in check.stdout), check.stdout
+    assert "correct its `cluster_address:`" in check.stdout
+    assert "firewall between hosts" not in check.stdout, check.stdout
+    # h2 reaches h1 by h1's own address: only the unresolvable name fails.
+    assert "h2: ok" in check.stdout, check.stdout
