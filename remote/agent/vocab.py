@@ -169,6 +169,9 @@ class TaskRecord(Wire):
     last_exit: dict[str, Any] | None = None
     """How the task's previous process ended, where its restart policy started it again."""
     log_size_bytes: int = 0
+    cwd: str | None = None
+    """The task's working directory, where its process starts: the plan's (`Task.cwd`, its
+    host's workdir), as the manifest carries it; a relative one is under the workdir."""
 
     def __post_init__(self) -> None:
         if not self.type and ":" in self.name:  # a record that names the task only

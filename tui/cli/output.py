@@ -235,6 +235,8 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
         table.add_row("*", host, "–", Text("unreachable", style="red"), "–", "–", "–",
                       Text(why[-70:]))
     console().print(table)
+    if (where := directories_line(st.tasks)) is not None:
+        echo(where)
     for host in st.unreachable:  # in full below the table, whose columns would cut it short
         secho(f"{host} {st.reach_words(host, time.time())}: its tasks are unknown", fg="red")
     for silence in st.silences:  # the host answers us, not the chief: its tasks keep running
@@ -242,6 +244,21 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
     for host, state in st.records_stopped.items():
         secho(records_words(host, state), fg="yellow")
     _say_lost_to_restarts(st)
+
+
+def directories_line(tasks: Sequence[TaskStatus]) -> str | None:
+    """Below the status table, where the tasks run: `working directory: ~/w` when they all
+    share one, else each directory with its tasks; None where no task's is known."""
+    by_dir: dict[str, list[str]] = {}
+    for t in tasks:
+        if t.cwd:
+            by_dir.setdefault(t.cwd, []).append(t.name)
+    if not by_dir:
+        return None
+    if len(by_dir) == 1:
+        return f"working directory: {next(iter(by_dir))}"
+    return "working directories: " + "; ".join(f"{cwd} ({', '.join(names)})"
+                                               for cwd, names in by_dir.items())
 
 
 def _say_lost_to_restarts(st: RunStatus) -> None:

@@ -58,11 +58,13 @@ class TaskRow:
     rate: str
     last: str
     level: str
+    cwd: str = "?"
+    """The task's working directory (its record's, else the plan's)."""
 
     def cells(self) -> tuple[str, ...]:
         """In table column order (the exit status is part of `state`, as in `tfctl status`)."""
         return (self.name, self.host, self.mask, self.state, self.up, self.restarts,
-                self.rate, self.last)
+                self.rate, self.cwd, self.last)
 
 
 @dataclass
@@ -220,6 +222,8 @@ class Board:
         task_host = found[0].host if found else (planned.host if planned else "?")
         mask = found[0].mask if found and found[0].mask is not None else (
             planned.cuda_visible_devices if planned else None)
+        cwd = (found[0].cwd if found and found[0].cwd is not None else
+               planned.cwd if planned else None) or "?"
         link = self.link(task_host)
         limit = restart_max.get(name.split(":")[0])
         if found is None:
@@ -234,7 +238,7 @@ class Board:
                 state = "waiting" if link.polled_at_s is None else "not found"
             level = STALE if state == UNKNOWN else IDLE
             return TaskRow(name, task_host, _mask(mask), state, cells.DASH, cells.DASH,
-                           _restarts(0, limit), cells.DASH, last, level)
+                           _restarts(0, limit), cells.DASH, last, level, cwd)
         task, task_link = found
         exit_text = (str(task.exit_code) if task.exit_code is not None
                      else task.signal or cells.DASH)
@@ -242,7 +246,7 @@ class Board:
             stale = f"[{_since('stale', task_link.bad_since_s)}]"
             return TaskRow(name, task.host, _mask(mask), UNKNOWN, exit_text,
                            cells.duration(task.uptime_s), _restarts(task.restarts, limit),
-                           cells.DASH, f"{stale} {task.last_line}".rstrip(), STALE)
+                           cells.DASH, f"{stale} {task.last_line}".rstrip(), STALE, cwd)
         state = task.describe()
         level = DOWN if task.failed else STATE_LEVEL.get(task.state, WARN)
         up = _uptime_now(task, task_link.polled_at_s, now_s)
@@ -251,7 +255,7 @@ class Board:
             rate = self.speed.value(task.last_line) or self.rates.get(name)
         return TaskRow(name, task.host, _mask(mask), state, exit_text, cells.duration(up),
                        _restarts(task.restarts, limit), cells.rate(*rate) if rate else cells.DASH,
-                       task.last_line, level)
+                       task.last_line, level, cwd)
 
 
 def _since(word: str, wall_s: float | None) -> str:

@@ -31,13 +31,19 @@ COLUMNS: tuple[tuple[str, int], ...] = (
 )
 GAP = 2
 STATE_COLUMN = 3
+DIR = ("dir", 12)
+"""The task's working directory, its end kept (where the names differ): a column of its own
+only where the last line keeps LAST_LINE_ROOM beside it (a failed task's error line says more
+than its directory)."""
+LAST_LINE_ROOM = 30
 CURSOR_FOCUSED = "bold on #0178d4"  # a background, so coloured cells stay readable
 CURSOR_BLURRED = "on grey23"
 STATE_STYLE = {OK: "green", IDLE: "dim", STALE: "yellow", WARN: "dark_orange", DOWN: "bold red"}
 
 
 class TasksTable(ScrollView, can_focus=True):
-    """Task, host, GPU mask, state/exit, uptime, restarts, steps/s, last log line.
+    """Task, host, GPU mask, state/exit, uptime, restarts, steps/s, working directory, last
+    log line.
 
     ↑/↓ (k/j), PgUp/PgDn, Home/End move the cursor; Enter or a double click picks the task
     (its log is shown)."""
@@ -155,7 +161,7 @@ class TasksTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y == 0:
-            header = header_text()
+            header = header_text(width)
             header.pad_right(max(0, width - header.cell_len))
             return self._strip(header, width)
         index = y - 1 + self.scroll_offset.y
@@ -176,18 +182,27 @@ class TasksTable(ScrollView, can_focus=True):
         return strip.crop_extend(0, width, self.rich_style)
 
 
-def header_text() -> Text:
+def columns(width: int) -> tuple[tuple[str, int], ...]:
+    """The fixed columns at this width: the directory's where there is room for it."""
+    fixed = sum(w + GAP for _, w in COLUMNS) + DIR[1] + GAP
+    return (*COLUMNS, DIR) if width >= fixed + LAST_LINE_ROOM else COLUMNS
+
+
+def header_text(width: int) -> Text:
     text = Text(style="bold")
-    for title, width in COLUMNS:
-        text.append(f"{title:<{width}}" + " " * GAP)
+    for title, col_width in columns(width):
+        text.append(f"{title:<{col_width}}" + " " * GAP)
     text.append("last line")
     return text
 
 
 def row_text(row: TaskRow, width: int) -> Text:
-    values = (row.name, row.host, row.mask, row.state, row.up, row.restarts, row.rate)
+    shown = columns(width)
+    dir_tail = row.cwd if len(row.cwd) <= DIR[1] else "…" + row.cwd[-(DIR[1] - 1):]
+    values = (row.name, row.host, row.mask, row.state, row.up, row.restarts, row.rate,
+              dir_tail)[:len(shown)]
     text = Text()
-    for column, ((_, col_width), value) in enumerate(zip(COLUMNS, values, strict=True)):
+    for column, ((_, col_width), value) in enumerate(zip(shown, values, strict=True)):
         style = STATE_STYLE.get(row.level, "") if column == STATE_COLUMN else ""
         text.append(f"{ellipsize(value, col_width):<{col_width}}", style)
         text.append(" " * GAP)
