@@ -26,7 +26,8 @@ records that outlive the exception (a host's last poll error). The tree, as http
 
 Failures of one step keep their own classes beside the step (`LaunchFailed` in
 runs/rollback.py, `TunnelError` in connect/tunnel.py, `EngineRefused` (a FleetError) in
-runs/engine.py, ...), each a `RemoteError`.
+runs/engine.py, `SlurmSilent` (a FleetError) in engines/slurm_read.py, ...), each a
+`RemoteError`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tfctl.remote.connect.transport import Transport, shell_path
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import FleetError, RemoteError
 from tfctl.remote.runs.logs import LogBatch, whole_lines
 from tfctl.remote.runs.status import RunStatus, TaskStatus, task_from_agent
 
@@ -35,6 +35,15 @@ _STARTED = re.compile(r"^tfctl: started (\S+) on (\S+)")
 _STOPPING = re.compile(r"^tfctl: stopping (\S+)")
 _ENDED = re.compile(r"^tfctl: (\S+) ended \(exit (\d+)\)")
 _JOB_ENDED = re.compile(r"^tfctl: the job has ended \(exit (\d+)\)")
+
+
+class SlurmSilent(FleetError):
+    """Slurm did not answer a read (scontrol could not reach its controller): the job's state
+    is not known this time, and its tasks are taken to go on, as a controller restarting must
+    not end a `wait`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Slurm did not answer: {reason}", kind="slurm_silent")
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,9 @@ class SlurmStatus(RunStatus):
     driver_lines: tuple[str, ...] = ()
     reason: str = ""
     """Slurm's `Reason` (why a job waits, or what ended it)."""
+    no_answer: SlurmSilent | None = None
+    """Slurm did not answer this read (`job_state` is NO_ANSWER): the run's failure, no host's,
+    so `unreachable` (the hosts that did not answer) stays empty."""
 
     @property
     def slurm_ended(self) -> bool:
@@ -230,11 +242,11 @@ def status_from(job: SlurmJob, answer: SlurmAnswer, tail: int, asked_at: float) 
             status = TaskStatus(**{**status.__dict__,
                                    "last_lines": tuple(lines[-tail:]) if tail else ()})
         tasks.append(status)
-    unreachable = {"slurm": f"Slurm did not answer: {reason}"} if state == "NO_ANSWER" else {}
-    return SlurmStatus(job.run_id, tuple(tasks), unreachable, None,
+    return SlurmStatus(job.run_id, tuple(tasks), {}, None,
                        "worker:0" if job.style == "flags" else None, asked_at,
                        job_state=state, slurm_exit=slurm_exit, driver_exit=driver_exit,
-                       driver_lines=tuple(driver), reason=reason)
+                       driver_lines=tuple(driver), reason=reason,
+                       no_answer=SlurmSilent(reason) if state == "NO_ANSWER" else None)
 
 
 def _task_state(name: str, job_state: str, started: Mapping[str, str], stopping: set[str],

@@ -179,8 +179,8 @@ class SlurmRun:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             st = self.status()
-            if st.unreachable:
-                pass  # Slurm did not answer this time: ask again
+            if st.no_answer is not None:
+                pass  # ask again
             elif st.slurm_ended or (st.job_ended and all(
                     t.ended or t.type == "tensorboard" for t in st.tasks)):
                 return st
@@ -261,7 +261,10 @@ class SlurmRun:
 
     @staticmethod
     def source(st: SlurmStatus) -> str:
-        """Where `status` says the run came from: `state file; Slurm says PENDING (Priority)`."""
+        """Where `status` says the run came from: `state file; Slurm says PENDING (Priority)`,
+        or `state file; Slurm did not answer: …` (`SlurmSilent`)."""
+        if st.no_answer is not None:
+            return f"state file; {st.no_answer}"
         said = f"{st.job_state} ({st.reason})" if st.reason not in ("", "None") else st.job_state
         return f"state file; Slurm says {said}"
 

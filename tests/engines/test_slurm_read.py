@@ -8,6 +8,7 @@ from __future__ import annotations
 from tfctl.remote.engines.slurm_read import (
     SlurmAnswer,
     SlurmJob,
+    SlurmSilent,
     SlurmStatus,
     SlurmTask,
     status_from,
@@ -32,7 +33,9 @@ def test_slurm_not_answering_is_no_end_of_the_job() -> None:
     st = read((1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"),
               STARTED)
     assert not st.job_ended and st.job_state == "NO_ANSWER"
-    assert "Unable to contact slurm controller" in st.unreachable["slurm"]
+    assert isinstance(st.no_answer, SlurmSilent) and not st.unreachable  # the run's, no host's
+    assert str(st.no_answer).startswith("Slurm did not answer: slurm_load_jobs error: Unable to "
+                                        "contact slurm controller")
     assert {t.state for t in st.tasks} == {"running"}
 
 
