@@ -3,6 +3,9 @@
 Between-graph (flags) training with `restart: {worker: on-failure}`: the killed worker is
 started again by its host's supervisor, rejoins, and training goes on from the parameter
 servers' global step; the job still ends at its planned step and the step never goes back.
+Worker 0 (the chief) is held (SIGSTOP) from just before the kill until the restarted worker
+has logged a step, so the rejoin happens mid-run however long its TensorFlow import takes,
+and the job needs only a few thousand steps.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tests.support.labtools import processes_of_run, run_id_from, task_pid, tfct
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-STEPS = 20000
+STEPS = 3000
 T = TypeVar("T")
 
 
@@ -49,7 +52,7 @@ def test_killed_worker_restarts_and_the_job_ends_at_its_step(lab, tmp_path: Path
         shutil.copy(EXAMPLES / name, job_dir / name)
     job: dict[str, Any] = {
         "script": "train.py", "strategy": "flags",
-        "args": [f"--steps={STEPS}", "--log_every=500", "--checkpoint_every=5000"],
+        "args": [f"--steps={STEPS}", "--log_every=100", "--checkpoint_every=1000"],
         "restart": {"worker": "on-failure", "max": 2, "backoff": 1}}
     inv = lab.write_inventory(job_dir / "cluster.yaml", job, hosts=["h1", "h2"], ps={"h2": 0})
     up = tfctl(inv, "up", timeout=300)
@@ -58,10 +61,18 @@ def test_killed_worker_restarts_and_the_job_ends_at_its_step(lab, tmp_path: Path
         run_id = run_id_from(up.stdout)
         log = lab.host("h2").workdir / ".tfctl" / "runs" / run_id / "worker-1.log"
         _until(lambda: _steps(log.read_text()) or None, 120, "worker:1 logs a step")
-        before = _steps(log.read_text())[-1]
+        chief_pid = task_pid(run_id, "worker:0")
         victim = task_pid(run_id, "worker:1")
-        assert victim is not None
-        os.kill(victim, signal.SIGKILL)
+        assert chief_pid is not None and victim is not None
+        os.kill(chief_pid, signal.SIGSTOP)
+        try:
+            before = _steps(log.read_text())[-1]
+            os.kill(victim, signal.SIGKILL)
+            _until(lambda: _steps(log.read_text().split("restarting worker:1", 1)[-1])
+                   if "restarting worker:1" in log.read_text() else None,
+                   180, "the restarted worker:1 logs a step")
+        finally:
+            os.kill(chief_pid, signal.SIGCONT)
         wait = tfctl(inv, "wait", "--timeout", "240", timeout=300)
         logs = tfctl(inv, "logs", "-n", "400").stdout
         assert wait.returncode == 0, wait.stderr + logs
