@@ -16,9 +16,6 @@ import time
 from datetime import datetime
 from typing import Any
 
-UNREACHABLE = "unreachable"
-"""`RemoteError.kind` of a host that did not answer (`tfctl.remote.errors.HostUnreachable`)."""
-
 
 def clock_hms(wall_s: float) -> str:
     """Local time of day, as a person compares it with their own watch."""

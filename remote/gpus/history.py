@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.nvsmi import (
     NUMERIC_SAMPLE_ATTRS,
     GpuProcess,
@@ -88,12 +89,14 @@ class HostTelemetry:
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     last_sample_at: float | None = None  # monotonic seconds of the last good sample
-    error_kind: str | None = None  # "unreachable": the host did not answer (`RemoteError.kind`)
+    error_type: type[Exception] | None = None  # the class of the error (`HostUnreachable`)
     failing_since: float | None = None  # monotonic: when the current run of errors began
 
     @property
     def unreachable(self) -> bool:
-        return self.error is not None and self.error_kind == "unreachable"
+        """The last error is the host's own silence, not nvidia-smi's failure."""
+        return self.error is not None and self.error_type is not None \
+            and issubclass(self.error_type, HostUnreachable)
 
     def unreachable_since(self) -> float | None:
         """Monotonic seconds since which this host has not answered (when tfctl began waiting
@@ -131,14 +134,15 @@ class HostTelemetry:
     def processes_on(self, uuid: str) -> tuple[GpuProcess, ...]:
         return tuple(p for p in self.processes if p.gpu_uuid == uuid)
 
-    def with_error(self, error: str, kind: str | None = None,
+    def with_error(self, error: str, error_type: type[Exception] | None = None,
                    at_s: float | None = None) -> HostTelemetry:
-        """The same last-known GPUs, marked failed (a UI can dim them). `kind` says why in
-        one word ("unreachable"); `at_s` (monotonic) is when this attempt began, kept as
-        `failing_since` for the first error of a run of them."""
+        """The same last-known GPUs, marked failed (a UI can dim them). `error_type` is the
+        exception's class where one was raised (`HostUnreachable`: the host did not answer);
+        `at_s` (monotonic) is when this attempt began, kept as `failing_since` for the first
+        error of a run of them."""
         kept = self.error is not None and self.failing_since is not None
         since = self.failing_since if kept else at_s
-        return replace(self, error=error, error_kind=kind, failing_since=since)
+        return replace(self, error=error, error_type=error_type, failing_since=since)
 
     @classmethod
     def from_parse(

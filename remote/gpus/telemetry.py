@@ -158,8 +158,12 @@ class _Ended:
     why: str
     got_block: bool = False
     no_devices: bool = False
-    kind: str | None = None  # `RemoteError.kind`, kept with the host's telemetry
-    unreachable: bool = False  # the host did not answer (`HostUnreachable`)
+    error_type: type[Exception] | None = None  # the class of what was raised, if anything
+
+    @property
+    def unreachable(self) -> bool:
+        """The host did not answer (`HostUnreachable`): retried sooner than other failures."""
+        return self.error_type is not None and issubclass(self.error_type, HostUnreachable)
 
 
 class TelemetryHub:
@@ -272,8 +276,7 @@ class TelemetryHub:
                 ended = _Ended(probe.error) if probe.error else self._follow(
                     host, transport, probe)
             except RemoteError as exc:
-                ended = _Ended(str(exc), kind=exc.kind,
-                                unreachable=isinstance(exc, HostUnreachable))
+                ended = _Ended(str(exc), error_type=type(exc))
             except Exception as exc:  # a reader thread must never die silently: say why
                 ended = _Ended(f"telemetry failed: {type(exc).__name__}: {exc}")
             if self._stop.is_set():
@@ -368,7 +371,7 @@ class TelemetryHub:
             state = self._states[host]
             last = state.telemetry.last_sample_at
             since = last if ended.got_block and last is not None else tried
-            state.telemetry = state.telemetry.with_error(ended.why, ended.kind, since)
+            state.telemetry = state.telemetry.with_error(ended.why, ended.error_type, since)
             state.info = replace(state.info, restarts=state.info.restarts + 1, last_error=ended.why)
 
     def _set_no_gpus(self, host: str, why: str) -> None:

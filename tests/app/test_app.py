@@ -438,7 +438,7 @@ async def test_a_slow_host_delays_nobody_and_polls_never_overlap() -> None:
         assert ctl.called("host_status").count(("host_status", "old-box")) == 1
         assert app.board.link("old-box").error is None
         assert app.board.link("old-box").in_flight_since_s is not None
-        await until(pilot, lambda: app.board.link("old-box").error_kind == "unreachable")
+        await until(pilot, lambda: app.board.link("old-box").unreachable)
 
 
 @sync
@@ -446,7 +446,7 @@ async def test_a_host_that_comes_back_is_ok_again() -> None:
     ctl = FakeController()
     app, _, _ = lab_app(ctl)
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.board.link("old-box").error_kind == "unreachable")
+        await until(pilot, lambda: app.board.link("old-box").unreachable)
         ctl.unreachable.clear()
         ctl.tasks["old-box"] = (TaskStatus("ps:2", "old-box", "running", pid=7, uptime_s=5.0),)
         assert isinstance(app.telemetry, FakeTelemetry)

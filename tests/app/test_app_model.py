@@ -17,6 +17,7 @@ from tests.support.fakes.ui_sources import (
     lab_inventory,
 )
 from tests.unit.test_record_throughput import SPEED_LINES
+from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.runs.status import TaskStatus
@@ -109,8 +110,8 @@ def test_board_marks_unreachable_hosts_and_keeps_plan_order() -> None:
     board.set_run(ctl.current())
     for host, tasks in ctl.tasks.items():
         board.host_polled(host, tasks, 100.0)
-    board.host_failed("old-box", "timed out", "unreachable", 101.0)
-    board.host_failed("old-box", "timed out", "unreachable", 105.0)
+    board.host_failed("old-box", "timed out", HostUnreachable, 101.0)
+    board.host_failed("old-box", "timed out", HostUnreachable, 105.0)
     rows = {r.name: r for r in board.task_rows(110.0, restart_max={"worker": 3})}
     assert [r.name for r in board.task_rows(110.0)] == [t.name for t in ctl.plan.tasks]
     assert rows["ps:2"].state == "unknown"

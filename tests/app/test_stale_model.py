@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.fakes.ui_sources import FIXED_WALL_S, GTX970_GPU, FakeController, lab_inventory
+from tfctl.remote.errors import HostUnreachable, PythonMissing
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.reach import reach_json, unreachable_words
@@ -33,13 +34,13 @@ M = 5000.0  # the monotonic clock's reading at W
 pytestmark = pytest.mark.usefixtures("utc")
 
 
-def cut_link(poll_began: float, failed: float, kind: str = "unreachable",
+def cut_link(poll_began: float, failed: float, error_type: type[Exception] = HostUnreachable,
              what: str = "no answer within 2 s to agent status") -> HostLink:
     """A link that answered at W - 1, then a poll began at `poll_began` and failed."""
     board = Board(FakeController().plan)
     board.host_polled("gtx970", (), W - 1)
     board.poll_started("gtx970", poll_began)
-    board.host_failed("gtx970", what, kind, failed)
+    board.host_failed("gtx970", what, error_type, failed)
     return board.link("gtx970")
 
 
@@ -51,7 +52,7 @@ def quiet_telemetry(last_sample: float, failed_at: float,
                                                             "python3"),),
                        last_sample_at=last_sample)
     return ok.with_error("no output from nvidia-smi for 5 s", None, last_sample) \
-        .with_error(error, "unreachable", failed_at)
+        .with_error(error, HostUnreachable, failed_at)
 
 
 @pytest.mark.parametrize(("since", "now", "words"), [
@@ -100,7 +101,7 @@ def test_host_state_says_unreachable_since_and_for_how_long(
 
 
 def test_a_failure_that_is_not_silence_still_says_error() -> None:
-    link = cut_link(W + 2, W + 4, kind="python_missing", what="python 'py9' is not runnable")
+    link = cut_link(W + 2, W + 4, error_type=PythonMissing, what="python 'py9' is not runnable")
     assert host_state(link, None, W + 9, M + 9, None) == (
         "error since 09:42:12: python 'py9' is not runnable", WARN)
 
@@ -123,7 +124,7 @@ GTX970_TASKS = (
 def test_a_cut_hosts_tasks_read_unknown_with_stale_last_lines_then_running_again() -> None:
     board = _board_with_gtx970(GTX970_TASKS, W)
     board.poll_started("gtx970", W + 2)
-    board.host_failed("gtx970", "no answer within 2 s to agent status", "unreachable", W + 4)
+    board.host_failed("gtx970", "no answer within 2 s to agent status", HostUnreachable, W + 4)
     rows = {r.name: r for r in board.task_rows(W + 40, host="gtx970")}
     worker = rows["worker:4"]
     assert (worker.state, worker.level, worker.rate) == ("unknown", STALE, "–")
@@ -144,10 +145,10 @@ def test_a_cut_hosts_tasks_read_unknown_with_stale_last_lines_then_running_again
 def test_a_task_never_read_on_a_cut_host_says_since_when() -> None:
     board = _board_with_gtx970((), W)
     board.poll_started("gtx970", W + 2)
-    board.host_failed("gtx970", "timed out", "unreachable", W + 4)
+    board.host_failed("gtx970", "timed out", HostUnreachable, W + 4)
     row = {r.name: r for r in board.task_rows(W + 9)}["ps:2"]  # old-box: never answered
     assert row.state == "waiting"  # old-box was never polled: nothing is claimed about it
-    board.host_failed("old-box", "timed out", "unreachable", W + 4)
+    board.host_failed("old-box", "timed out", HostUnreachable, W + 4)
     row = {r.name: r for r in board.task_rows(W + 9)}["ps:2"]
     assert (row.state, row.last, row.level) == ("unknown", "[unreachable since 09:42:14]", STALE)
 
@@ -155,7 +156,7 @@ def test_a_task_never_read_on_a_cut_host_says_since_when() -> None:
 def test_a_cut_hosts_gpus_read_stale_since_never_foreign() -> None:
     board = _board_with_gtx970(GTX970_TASKS, W)
     board.poll_started("gtx970", W + 2)
-    board.host_failed("gtx970", "no answer within 2 s to agent status", "unreachable", W + 4)
+    board.host_failed("gtx970", "no answer within 2 s to agent status", HostUnreachable, W + 4)
     tel = quiet_telemetry(M, M + 7)
     asked: list[tuple[str, str]] = []
 
@@ -189,7 +190,7 @@ def test_the_apps_own_owner_rule_calls_nothing_foreign_while_the_tasks_are_unkno
                                                                    "python3"),))
     assert cells.owner_label(stranger, GTX970_GPU.uuid, board.pid_tasks("gtx970"),
                              known=board.tasks_known("gtx970")) == "foreign pid 999 python3"
-    board.host_failed("gtx970", "the connection dropped during agent status", "unreachable",
+    board.host_failed("gtx970", "the connection dropped during agent status", HostUnreachable,
                       W + 4)
     assert cells.owner_label(stranger, GTX970_GPU.uuid, board.pid_tasks("gtx970"),
                              known=board.tasks_known("gtx970")) == "pid 999 python3"
@@ -200,7 +201,7 @@ def test_the_apps_own_owner_rule_calls_nothing_foreign_while_the_tasks_are_unkno
 def test_the_apps_own_finding_says_since_when() -> None:
     board = _board_with_gtx970(GTX970_TASKS, W)
     board.poll_started("gtx970", W + 2)
-    board.host_failed("gtx970", "no answer within 2 s to agent status", "unreachable", W + 4)
+    board.host_failed("gtx970", "no answer within 2 s to agent status", HostUnreachable, W + 4)
     (found,) = builtin_findings(board)
     assert found.text == ("gtx970 unreachable since 09:42:12 (no answer within 2 s to agent "
                           "status): its tasks are unknown and not counted")

@@ -208,7 +208,7 @@ def test_the_telemetry_marks_a_silent_host_unreachable_and_asks_again_soon() -> 
     finally:
         hub.stop()
     assert fleet.attempts >= 4  # not 5 s, 10 s, 20 s apart: a healed link is seen soon
-    assert snap.error_kind == "unreachable" and snap.unreachable
+    assert snap.error_type is HostUnreachable and snap.unreachable
     since = snap.unreachable_since()
     assert since is not None and started <= since <= started + 1.0  # the first attempt's
 
@@ -216,7 +216,7 @@ def test_the_telemetry_marks_a_silent_host_unreachable_and_asks_again_soon() -> 
 def test_unreachable_since_is_the_start_of_the_run_of_errors() -> None:
     ok = h2_snapshot(at=100.0)
     quiet = ok.with_error("no output from nvidia-smi for 5 s", None, 100.0)
-    cut = quiet.with_error("10.0.0.2:22 unreachable: no answer within 2 s", "unreachable", 108.0)
+    cut = quiet.with_error("10.0.0.2:22 unreachable: no answer within 2 s", HostUnreachable, 108.0)
     assert (quiet.unreachable_since(), cut.unreachable_since()) == (None, 100.0)
     assert cut.gpus == ok.gpus  # the last known values stay, to be shown as stale
     assert cut.reach_words(135.0, W + 35) == "unreachable since 09:42:10 (no answer for 35 s)"
@@ -226,7 +226,7 @@ def test_unreachable_since_is_the_start_of_the_run_of_errors() -> None:
 
 def test_the_telemetry_finding_names_the_silence_not_the_command() -> None:
     cut = h2_snapshot(100.0).with_error("no answer within 10 s to `sh -c 'command -v nvidia-s",
-                                        "unreachable", 100.0)
+                                        HostUnreachable, 100.0)
     (found,) = stream_findings({"h2": cut}, 135.0)
     assert (found.level, found.kind) == ("error", "stream_unreachable")
     assert found.text == ("h2 unreachable (no answer for 35 s): its GPUs and tasks are shown as "
@@ -263,7 +263,7 @@ def test_gpus_json_and_table_say_unreachable_since(monkeypatch: pytest.MonkeyPat
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(output, "time", SimpleNamespace(time=lambda: W + 35))
     cut = h2_snapshot(100.0).with_error("10.0.0.2:22 unreachable: no answer within 2 s",
-                                        "unreachable", 100.0)
+                                        HostUnreachable, 100.0)
     snaps = {"h1": HostTelemetry("h1", GPUS[:1], last_sample_at=134.5), "h2": cut}
     owners = map_owners(snaps, {"h1": {}, "h2": {501: "worker:1"}}, unknown_hosts=("h2",))
     rows = output.gpu_objects(snaps, owners, 135.0)

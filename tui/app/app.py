@@ -262,15 +262,15 @@ class TfctlApp(App[None]):
         self._after_poll(message.host, news)
 
     def on_host_poll_failed(self, message: msg.HostPollFailed) -> None:
-        news = self._is_news(message.host, message.kind)
-        self.board.host_failed(message.host, message.what, message.kind, message.at_s)
+        news = self._is_news(message.host, message.error_type)
+        self.board.host_failed(message.host, message.what, message.error_type, message.at_s)
         self._after_poll(message.host, news)
 
-    def _is_news(self, host: str, error_kind: str | None) -> bool:
+    def _is_news(self, host: str, error_type: type[Exception] | None) -> bool:
         """A host's first answer, or a change between reachable and not: drawn at once."""
         link = self.board.link(host)
         first = link.polled_at_s is None and link.error is None
-        return first or link.error_kind != error_kind
+        return first or link.error_type is not error_type
 
     def _after_poll(self, host: str, news: bool) -> None:
         self.workers_.poll_done(host)

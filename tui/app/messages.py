@@ -31,10 +31,10 @@ class HostPolled(Message):
 
 
 class HostPollFailed(Message):
-    def __init__(self, host: str, what: str, kind: str, at_s: float) -> None:
+    def __init__(self, host: str, what: str, error_type: type[Exception], at_s: float) -> None:
         self.host = host
         self.what = what
-        self.kind = kind
+        self.error_type = error_type
         self.at_s = at_s
         super().__init__()
 

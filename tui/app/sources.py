@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tfctl.remote.runs.current import CurrentRun
     from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
+    from tfctl.remote.sync.result import SyncResult
 
 FindingLevel = Literal["error", "warning", "info"]
 
@@ -78,7 +79,7 @@ class RunControl(Protocol):
 
     def log_follower(self, tasks: set[str] | None = None) -> LogFollowerLike | None: ...
 
-    def sync(self) -> Mapping[str, object]: ...
+    def sync(self) -> Mapping[str, SyncResult]: ...
 
     def up(self, options: UpOptions, on_event: Callable[[str], None]) -> str: ...
 
@@ -115,6 +116,11 @@ class Tunnel(Protocol):
     def open(self) -> str: ...
 
     def close(self) -> None: ...
+
+    @property
+    def port_note(self) -> str | None:
+        """Where the tunnel listens on another port than asked, why ("local port 6006 is
+        taken, so …"); None otherwise."""
 
 
 class FindingLike(Protocol):

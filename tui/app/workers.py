@@ -154,9 +154,9 @@ class Workers:
             try:
                 tasks = controller.host_status(host)
             except RemoteError as exc:
-                post(msg.HostPollFailed(host, exc.what, exc.kind, clock()))
+                post(msg.HostPollFailed(host, exc.what, type(exc), clock()))
             except Exception as exc:  # a bug or an OS error: the host shows it, polling goes on
-                post(msg.HostPollFailed(host, describe_error(exc), "failed", clock()))
+                post(msg.HostPollFailed(host, describe_error(exc), type(exc), clock()))
             else:
                 post(msg.HostPolled(host, tuple(tasks), clock()))
 
@@ -179,7 +179,7 @@ class Workers:
             return
         self._cancel("logs")
         self._logs_busy = True
-        reachable = [h for h in board.run_hosts if board.link(h).error_kind != "unreachable"]
+        reachable = [h for h in board.run_hosts if not board.link(h).unreachable]
         first = self._follower_run != run_id
         post = self.post
 
@@ -276,10 +276,7 @@ class Workers:
 
     def do_sync(self) -> tuple[str, object]:
         results = self.controller.sync()
-        parts = []
-        for host, result in results.items():
-            files = getattr(result, "files_transferred", None)
-            parts.append(f"{host} ({files} files)" if files is not None else host)
+        parts = [f"{host} ({result.files_transferred} files)" for host, result in results.items()]
         return f"Synced the code to {len(parts)} host(s): {', '.join(parts)}.", results
 
     def do_restart(self, task: str) -> tuple[str, object]:
@@ -300,7 +297,7 @@ class Workers:
         assert tunnel is not None
         if open_it:
             url = tunnel.open()
-            note = getattr(tunnel, "port_note", None)  # "local port 6006 is taken, so …"
+            note = tunnel.port_note
             return f"TensorBoard is at {url}" + (f" ({note})" if note else ""), url
         tunnel.close()
         return "Closed the TensorBoard tunnel.", None

@@ -27,6 +27,7 @@ from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.relaunch import RestartResult
 from tfctl.remote.runs.status import RunStatus, TaskStatus
+from tfctl.remote.sync.result import SyncResult
 from tfctl.tui.app.sources import Finding
 
 RUN_ID = "2026-11-22-0931"
@@ -198,9 +199,10 @@ class FakeController:
         return follower
 
     # -- actions -------------------------------------------------------------------------------
-    def sync(self) -> dict[str, object]:
+    def sync(self) -> dict[str, SyncResult]:
         self._record("sync")
-        return {h: "synced" for h in self.run_hosts if h not in self.unreachable}
+        return {h: SyncResult(h, "unchanged", 0, 0, (), "~/job") for h in self.run_hosts
+                if h not in self.unreachable}
 
     def up(self, options: UpOptions, on_event: Callable[[str], None]) -> str:
         self._record("up", f"force={options.force}")
@@ -361,6 +363,7 @@ class FakeTunnel:
         self.url = url
         self.calls: list[str] = []
         self.fail: Exception | None = None
+        self.port_note: str | None = None
 
     def open(self) -> str:
         self.calls.append("open")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from tfctl.inventory.plan import Plan, Task
 from tfctl.remote.agent.speed import SpeedReader
+from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.status import RunStatus, TaskStatus, job_ended, job_exit_code
 from tfctl.tui.app.model import cells
@@ -35,13 +36,14 @@ class HostLink:
     polled_at_s: float | None = None
     in_flight_since_s: float | None = None
     error: str | None = None
-    error_kind: str | None = None
+    error_type: type[Exception] | None = None
+    """The class of the last poll's error: `HostUnreachable` where the host did not answer."""
     bad_since_s: float | None = None  # when the first failed poll (of those in a row) began
     tasks: tuple[TaskStatus, ...] = ()  # as last read: stale while `error` is set
 
     @property
     def unreachable(self) -> bool:
-        return self.error_kind == "unreachable"
+        return self.error_type is not None and issubclass(self.error_type, HostUnreachable)
 
 
 @dataclass(frozen=True)
@@ -119,16 +121,17 @@ class Board:
         link.tasks = tuple(tasks)
         link.polled_at_s = now_s
         link.in_flight_since_s = None
-        link.error = link.error_kind = link.bad_since_s = None
+        link.error = link.error_type = link.bad_since_s = None
 
-    def host_failed(self, host: str, what: str, kind: str, now_s: float) -> None:
+    def host_failed(self, host: str, what: str, error_type: type[Exception],
+                    now_s: float) -> None:
         """A poll failed at `now_s`; the host has not answered since that poll began."""
         link = self.link(host)
         if link.error is None:
             started = link.in_flight_since_s
             link.bad_since_s = started if started is not None and started <= now_s else now_s
         link.in_flight_since_s = None
-        link.error, link.error_kind = what, kind
+        link.error, link.error_type = what, error_type
 
     def status_read(self, status: RunStatus, now_s: float) -> None:
         """A whole-run read (`controller.status()`); it also says whether the run finished."""
@@ -138,7 +141,7 @@ class Board:
         for host, tasks in by_host.items():
             self.host_polled(host, tasks, now_s)
         for host, why in status.unreachable.items():
-            self.host_failed(host, why, "unreachable", now_s)
+            self.host_failed(host, why, HostUnreachable, now_s)
         if status.finished is not None:
             code = status.finished.get("exit_code")
             self.finished_exit_code = int(code) if isinstance(code, int) else status.exit_code
@@ -157,7 +160,7 @@ class Board:
         return [t for host in self.run_hosts for t in self.link(host).tasks]
 
     def unreachable_hosts(self) -> list[str]:
-        return [h for h in self.run_hosts if self.link(h).error_kind == "unreachable"]
+        return [h for h in self.run_hosts if self.link(h).unreachable]
 
     def tasks_known(self, host: str) -> bool:
         """The host's tasks were read, and its last poll worked: a GPU process that is none
