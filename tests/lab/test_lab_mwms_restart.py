@@ -2,8 +2,10 @@
 
 A MultiWorkerMirrored worker cannot rejoin a running group. With `restart: {worker:
 on-failure}` (and `together`, the default under this strategy) a killed worker's supervisor
-waits until its peer has failed too; both restart, each restores its latest checkpoint, and the
-job ends at its planned step.
+waits until its peer has failed too; both restart, each restores its latest checkpoint (the
+same step on both), and the job ends at its planned step. The worker is killed between two
+checkpoints (one taken, the next 200 steps away), so the restart resumes from a step both
+workers saved.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from tests.support.labtools import processes_of_run, run_id_from, task_pid, tfct
 pytestmark = [pytest.mark.lab, pytest.mark.tf]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-STEPS = 3000
+STEPS = 900
+CHECKPOINT_EVERY = 300
 
 
 
@@ -32,7 +35,8 @@ def test_killed_worker_and_its_peer_restart_together_and_resume(lab, tmp_path: P
     for name in ("train.py", "digits.py"):
         shutil.copy(EXAMPLES / name, job_dir / name)
     job = {"script": "train.py", "strategy": "multi_worker_mirrored",
-           "args": [f"--steps={STEPS}", "--log_every=100", "--checkpoint_every=200"],
+           "args": [f"--steps={STEPS}", "--log_every=100",
+                    f"--checkpoint_every={CHECKPOINT_EVERY}"],
            "restart": {"worker": "on-failure", "max": 2, "backoff": 1}}
     inv = lab.write_inventory(job_dir / "cluster.yaml", job, hosts=["h1", "h2"],
                               ps={"h1": 0, "h2": 0})
@@ -43,7 +47,8 @@ def test_killed_worker_and_its_peer_restart_together_and_resume(lab, tmp_path: P
         runs = ".tfctl/runs/" + run_id
         log1 = lab.host("h2").workdir / runs / "worker-1.log"
         deadline = time.monotonic() + 120
-        while not re.search(r"^step [1-9]\d* ", log1.read_text(), re.M):
+        while not [s for s in re.findall(r"^step (\d+) ", log1.read_text(), re.M)
+                   if int(s) > CHECKPOINT_EVERY]:  # past the first checkpoint
             assert time.monotonic() < deadline, log1.read_text()[-2000:]
             time.sleep(0.2)
         victim = task_pid(run_id, "worker:1")
@@ -56,6 +61,10 @@ def test_killed_worker_and_its_peer_restart_together_and_resume(lab, tmp_path: P
         said = [line for line in log1.read_text().splitlines() if line.startswith("==> tfctl")]
         print("\n".join(said))  # how the restart went, for whoever reads `pytest -s`
         assert any("down after" in line or "restarting anyway" in line for line in said)
+        resumed = [re.findall(r"^resumed from .* at global step (\d+)$", log, re.M)
+                   for log in (log0, log1.read_text())]
+        assert resumed[0] == resumed[1] and len(resumed[0]) == 1, resumed  # the same step
+        assert int(resumed[0][0]) >= CHECKPOINT_EVERY, resumed
         assert f'"steps": {STEPS}' in log0  # RESULT: the planned step was reached
         assert processes_of_run(run_id) == {}
     finally:
