@@ -15,38 +15,23 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.lab.lab import Lab
-from tests.support.lab.users import LabUser, can_add_users
-from tests.support.labtools import FOREVER, job_dir, tfctl
+from tests.support.lab.users import ALICE, BOB, CAROL, LabUser, can_add_users
+from tests.support.labtools import tfctl, user_inventory, wait_until
 from tests.support.tmuxpane import Pane
 
 pytestmark = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
-ALICE, BOB, CAROL = "tfctl-alice", "tfctl-bob", "tfctl-carol"
-
-
-@pytest.fixture
-def shared(lab: Lab) -> Iterator[Lab]:
-    if not lab.isolated:
-        pytest.skip("needs the network-namespace lab (root)")
-    for name in (ALICE, BOB, CAROL):
-        lab.add_user(name)
-    lab.install_gpus("h1", 2)
-    yield lab
-    lab.remove_from_path("h1", "nvidia-smi")
 
 
 def _client(lab: Lab, user: LabUser, folder: Path) -> tuple[Path, dict[str, str]]:
     """The user's inventory (h1's GPU 0) and the environment of their own laptop."""
-    folder.mkdir(parents=True, exist_ok=True)
-    job_dir(folder)
-    inv = lab.write_user_inventory(user, folder / "job" / "cluster.yaml", FOREVER, hosts=["h1"],
-                                   gpus={"h1": [0]}, ps={"h1": 0}, name=f"job-{user.name}")
+    inv = user_inventory(lab, user, folder, hosts=["h1"], gpus={"h1": [0]}, ps={"h1": 0},
+                         name=f"job-{user.name}")
     return inv, {"XDG_CACHE_HOME": str(folder / "cache"), "TFCTL_QUEUE_POLL_S": "1"}
 
 
@@ -58,20 +43,10 @@ def _queue_in_a_terminal(inv: Path, env: dict[str, str]) -> dict[str, Any]:
                f"> {out}.tmp 2> {out}.err; mv {out}.tmp {out}; exec sleep 600")
     pane = Pane(command, env={**os.environ, **env}, name="queue")
     try:
-        _until(lambda: out.exists(), "the job queued", 60)
+        wait_until("the job queued", out.exists, 60)
     finally:
         pane.close()  # the terminal closes: SIGHUP to what runs in it
     return dict(json.loads(out.read_text()))
-
-
-def _until(check: Callable[[], Any], what: str, timeout_s: float = 120) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout_s:g} s")
 
 
 def _record(env: dict[str, str], ticket: str) -> dict[str, Any]:
@@ -87,8 +62,8 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
-def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Path) -> None:
-    lab = shared
+def test_two_users_jobs_start_first_come_first_served(shared_lab: Lab, tmp_path: Path) -> None:
+    lab = shared_lab
     alice, bob = lab.users[ALICE], lab.users[BOB]
     mine, alice_env = _client(lab, alice, tmp_path / "alice")
     theirs, bob_env = _client(lab, bob, tmp_path / "bob")
@@ -117,15 +92,15 @@ def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Pat
 
         # carol lets go: alice's job starts, bob's waits for it
         os.kill(carol, signal.SIGKILL)
-        started = _until(lambda: _record(alice_env, first["id"])["state"] != "waiting" and
-                         _record(alice_env, first["id"]), "alice's job started")
+        started = wait_until("alice's job started", lambda: _record(
+            alice_env, first["id"])["state"] != "waiting" and _record(alice_env, first["id"]), 120)
         assert started["state"] == "started", started
         alice_run = started["run_id"]
         claim = lab.claims_dir("h1") / f"{ALICE}.run.{alice_run}.json"
         assert claim.exists()
         # bob's waiter, at its next look, waits for alice's run (a slow machine: a few looks)
-        waiting = _until(lambda: alice_run in (_record(bob_env, second["id"])["why"] or "") and
-                         _record(bob_env, second["id"]), "bob waits for alice's run", 60)
+        waiting = wait_until("bob waits for alice's run", lambda: alice_run in (
+            _record(bob_env, second["id"])["why"] or "") and _record(bob_env, second["id"]), 60)
         assert waiting["state"] == "waiting", waiting
         time.sleep(3)  # it looks again a few times, and still waits
         assert _record(bob_env, second["id"])["state"] == "waiting"
@@ -137,14 +112,14 @@ def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Pat
         assert down.returncode == 0, down.stdout + down.stderr
         ended_at = time.time()
         assert not claim.exists()
-        done = _until(lambda: _record(bob_env, second["id"])["state"] != "waiting" and
-                      _record(bob_env, second["id"]), "bob's job started")
+        done = wait_until("bob's job started", lambda: _record(
+            bob_env, second["id"])["state"] != "waiting" and _record(bob_env, second["id"]), 120)
         assert done["state"] == "started", done
         bob_claim = lab.claims_dir("h1") / f"{BOB}.run.{done['run_id']}.json"
         assert json.loads(bob_claim.read_text())["since"] >= ended_at - 1
         assert json.loads(bob_claim.read_text())["gpus"] == [0]
         assert not any(lab.claims_dir("h1").joinpath("queue").glob("*.json"))  # tickets gone
-        assert _until(lambda: not _alive(second["waiter_pid"]), "bob's waiter ended", 30)
+        assert wait_until("bob's waiter ended", lambda: not _alive(second["waiter_pid"]), 30)
     finally:
         for env, queued in ((alice_env, first), (bob_env, second)):
             if queued is not None:
@@ -156,8 +131,8 @@ def test_two_users_jobs_start_first_come_first_served(shared: Lab, tmp_path: Pat
             os.kill(carol, signal.SIGKILL)
 
 
-def test_cancel_stops_the_waiter_and_removes_its_tickets(shared: Lab, tmp_path: Path) -> None:
-    lab = shared
+def test_cancel_stops_the_waiter_and_removes_its_tickets(shared_lab: Lab, tmp_path: Path) -> None:
+    lab = shared_lab
     mine, env = _client(lab, lab.users[ALICE], tmp_path / "alice")
     carol = int(lab.run("h1", f"setpriv --reuid={CAROL} --regid={CAROL} --init-groups bash -c "
                               "'CUDA_VISIBLE_DEVICES=0 setsid sleep 300 </dev/null >/dev/null "

@@ -17,42 +17,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.lab.lab import Lab
-from tests.support.lab.users import LabUser, can_add_users
-from tests.support.labtools import FOREVER, job_dir, run_id_from, tfctl
+from tests.support.lab.users import ALICE, BOB, CAROL, can_add_users
+from tests.support.labtools import FOREVER, job_dir, run_id_from, tfctl, user_inventory
 from tests.support.tmuxpane import Pane
 from tfctl.remote.lab.claims import clock
 
 pytestmark = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
-ALICE, BOB, CAROL = "tfctl-alice", "tfctl-bob", "tfctl-carol"
-
-
-@pytest.fixture
-def shared(lab: Lab) -> Iterator[Lab]:
-    """h1 and h2 with two stand-in GPUs each that every user sees; alice, bob and carol."""
-    if not lab.isolated:
-        pytest.skip("needs the network-namespace lab (root)")
-    for name in (ALICE, BOB, CAROL):
-        lab.add_user(name)
-    for host in ("h1", "h2"):
-        lab.install_gpus(host, 2)
-    yield lab
-    for host in ("h1", "h2"):
-        lab.remove_from_path(host, "nvidia-smi")
-
-
-def _inventory(lab: Lab, user: LabUser, folder: Path, **kwargs: Any) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    job_dir(folder)
-    return lab.write_user_inventory(user, folder / "job" / "cluster.yaml", FOREVER, **kwargs)
-
-
 def _lab_json(inv: Path, *args: str) -> list[dict[str, Any]]:
     done = tfctl(inv, "lab", "--json", *args)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -84,14 +60,14 @@ def _kill_run(claim: Path) -> None:
             continue
 
 
-def test_two_users_see_each_other_reserve_and_refuse(shared: Lab, tmp_path: Path) -> None:
-    lab = shared
+def test_two_users_see_each_other_reserve_and_refuse(shared_lab: Lab, tmp_path: Path) -> None:
+    lab = shared_lab
     alice, bob = lab.users[ALICE], lab.users[BOB]
-    mine = _inventory(lab, alice, tmp_path / "alice", hosts=["h1"], gpus={"h1": [0]},
+    mine = user_inventory(lab, alice, tmp_path / "alice", hosts=["h1"], gpus={"h1": [0]},
                       ps={"h1": 1})
-    second = _inventory(lab, alice, tmp_path / "alice2", hosts=["h1"], gpus={"h1": [1]},
+    second = user_inventory(lab, alice, tmp_path / "alice2", hosts=["h1"], gpus={"h1": [1]},
                         ps={"h1": 0}, name="lab2")
-    theirs = _inventory(lab, bob, tmp_path / "bob", hosts=["h1", "h2"], gpus={"h1": [0]},
+    theirs = user_inventory(lab, bob, tmp_path / "bob", hosts=["h1", "h2"], gpus={"h1": [0]},
                         ps={"h1": 0, "h2": 0}, name="bobs")
     carol_pid = None
     try:

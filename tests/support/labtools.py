@@ -9,7 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.support.lab.lab import Lab
+    from tests.support.lab.users import LabUser
 
 HERE = Path(__file__).parent
 FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
@@ -29,6 +33,14 @@ def job_dir(tmp: Path, script: str = "lightjob.py") -> Path:
     d.mkdir(exist_ok=True)
     shutil.copy(HERE / script, d / "job.py")
     return d
+
+
+def user_inventory(lab: Lab, user: LabUser, folder: Path, **kwargs: Any) -> Path:
+    """`user`'s own inventory of the light job, serving until stopped, in `folder`/job (their
+    key and login; `kwargs` as `Lab.write_user_inventory` takes them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    job_dir(folder)
+    return lab.write_user_inventory(user, folder / "job" / "cluster.yaml", FOREVER, **kwargs)
 
 
 def environ_of(pid: int) -> dict[str, str]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.lab.lab import SSHD_PRESENT, Lab
+from tests.support.lab.users import ALICE, BOB, CAROL
 
 LAB_HOSTS = ("h1", "h2", "h3")
 
@@ -53,3 +54,18 @@ def isolated_lab(lab_hosts_healed: Lab) -> Lab:
     if not lab_hosts_healed.isolated:
         pytest.skip("needs the network-namespace lab (root and `ip netns`)")
     return lab_hosts_healed
+
+
+@pytest.fixture
+def shared_lab(lab: Lab) -> Iterator[Lab]:
+    """The lab shared by alice, bob and carol (real Unix users, `lab.users`), with two stand-in
+    GPUs on h1 and on h2 that every user sees; skipped outside the network-namespace lab."""
+    if not lab.isolated:
+        pytest.skip("needs the network-namespace lab (root)")
+    for name in (ALICE, BOB, CAROL):
+        lab.add_user(name)
+    for host in ("h1", "h2"):
+        lab.install_gpus(host, 2)
+    yield lab
+    for host in ("h1", "h2"):
+        lab.remove_from_path(host, "nvidia-smi")

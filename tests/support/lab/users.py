@@ -31,6 +31,9 @@ from tests.support.fakes import NVIDIA_SMI_STANDIN
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 USER_PREFIX = "tfctl-"
+ALICE, BOB, CAROL = "tfctl-alice", "tfctl-bob", "tfctl-carol"
+"""The shared lab's users (`shared_lab`): alice runs, bob looks, queues and reserves, carol holds
+a GPU by hand."""
 
 
 @dataclass(frozen=True)
