@@ -25,7 +25,6 @@ holder's CPU during a command is counted as that command's, as lab_scale.py does
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
 import sys
@@ -36,8 +35,6 @@ from pathlib import Path
 
 from _common import (
     PYTHON,
-    Timed,
-    holder_cpu_s,
     holder_pids,
     light_job_dir,
     machine_line,
@@ -49,17 +46,17 @@ from _common import (
     wait_until,
 )
 from _pdsh import pdsh_envs, pdsh_once
-from lab_scale import PORTS, TASKS, down_watched, run_id_of
+from lab_scale import (
+    FULL_UP,
+    PORTS,
+    TASKS,
+    down_watched,
+    light_inventory,
+    run_id_of,
+    timed_tfctl,
+)
 
 from tests.support.lab import Lab
-
-
-def timed_held(argv: list[str], env: dict[str, str]) -> Timed:
-    """`timed`, plus the CPU the holders under the env's runtime folder spent meanwhile."""
-    runtime = env["XDG_RUNTIME_DIR"]
-    before = holder_cpu_s(runtime)
-    t = timed(argv, env=env)
-    return dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
 
 
 def disconnect(env: dict[str, str]) -> None:
@@ -72,15 +69,15 @@ def disconnect(env: dict[str, str]) -> None:
 def one_rep(inv: Path, full: Path, env: dict[str, str], gap_s: float, grace: float,
             s: dict[str, list[float]], tag: str) -> None:
     disconnect(env)
-    up = timed_held(tfctl_argv(full, "up"), env).check("cold up")
+    up = timed_tfctl(tfctl_argv(full, "up"), env).check("cold up")
     time.sleep(gap_s)
-    after_up = timed_held(tfctl_argv(inv, "status"), env).check("status after up")
+    after_up = timed_tfctl(tfctl_argv(inv, "status"), env).check("status after up")
     time.sleep(gap_s)
-    warm = timed_held(tfctl_argv(inv, "status"), env).check("warm status")
+    warm = timed_tfctl(tfctl_argv(inv, "status"), env).check("warm status")
     disconnect(env)
-    cold = timed_held(tfctl_argv(inv, "status"), env).check("cold status")
+    cold = timed_tfctl(tfctl_argv(inv, "status"), env).check("cold status")
     time.sleep(gap_s)
-    second = timed_held(tfctl_argv(inv, "status"), env).check("second status")
+    second = timed_tfctl(tfctl_argv(inv, "status"), env).check("second status")
     down_watched(inv, grace, run_id_of(up.stdout), env)
     for key, t in (("up", up), ("status after up", after_up), ("status warm", warm),
                    ("status cold", cold), ("status 2nd", second)):
@@ -108,12 +105,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tfctl-b2b-") as tmp, Lab(args.hosts) as lab, \
             tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
         job = light_job_dir(Path(tmp))
-        fields = {h: {"cpu_workers": 2} for h in lab.names}
-        spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
-        inv = lab.write_inventory(job / "cluster.yaml", spec, host_fields=fields)
-        full = lab.write_inventory(job / "full.yaml", dict(spec, setup=["true"],
-                                                           setup_inputs=["job.py"]),
-                                   host_fields=fields, name="full")
+        inv = light_inventory(lab, job / "cluster.yaml")
+        full = light_inventory(lab, job / "full.yaml", **FULL_UP)
         trees: dict[str, dict[str, str]] = {}
         for tag, path in (("", None), (" (before)", args.baseline)):
             if tag and not path:

@@ -98,6 +98,20 @@ class Samples:
         self.machine_s.append(t.machine_cpu_s)
 
 
+FULL_UP = {"setup": ["true"], "setup_inputs": ["job.py"]}
+"""What the full `up` adds to the light job: a cached `job.setup` (one `true`, its input the
+job's script)."""
+
+
+def light_inventory(lab: Lab, path: Path, **job: object) -> Path:
+    """The light job as 3 processes per host (ps:0 and 2 CPU workers) in inventory `path`,
+    named by its file (cluster.yaml: the default name); `job` replaces keys of the job."""
+    spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"], **job}
+    name = {} if path.stem == "cluster" else {"name": path.stem}
+    return lab.write_inventory(path, spec, host_fields={h: {"cpu_workers": 2} for h in lab.names},
+                               **name)
+
+
 def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
     """`timed`, plus the holder's CPU meanwhile where the command borrows from one."""
     runtime = (env or {}).get("XDG_RUNTIME_DIR") if (env or {}).get("TFCTL_PERSIST") != "0" \
@@ -177,14 +191,9 @@ def main() -> int:
         args.runtime = runtime  # the holder's socket and ssh's control sockets: short paths
         job = light_job_dir(Path(tmp))
         (job / "stubborn.py").write_text(STUBBORN)
-        fields = {h: {"cpu_workers": 2} for h in lab.names}
-        spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
-        inv = lab.write_inventory(job / "cluster.yaml", spec, host_fields=fields)
-        stubborn = lab.write_inventory(job / "stubborn.yaml", dict(spec, script="stubborn.py"),
-                                       host_fields=fields, name="stubborn")
-        full = lab.write_inventory(job / "full.yaml", dict(spec, setup=["true"],
-                                                           setup_inputs=["job.py"]),
-                                   host_fields=fields, name="full")
+        inv = light_inventory(lab, job / "cluster.yaml")
+        stubborn = light_inventory(lab, job / "stubborn.yaml", script="stubborn.py")
+        full = light_inventory(lab, job / "full.yaml", **FULL_UP)
         first_sync = timed(tfctl_argv(inv, "sync"), env=dict(os.environ, TFCTL_PERSIST="0")
                            ).check("first sync")  # installs the agent
         print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
