@@ -33,9 +33,12 @@ from tfctl.remote.reach import clock_hms
 pytestmark = [pytest.mark.lab]
 T = TypeVar("T")
 
-LIGHT = {"script": "job.py", "style": "flags", "args": ["--steps=300", "--step_s=0.2"]}
+END_FILE = "end-now"
+LIGHT = {"script": "job.py", "style": "flags",
+         "args": ["--steps=3000", "--step_s=0.2", f"--end-file={END_FILE}"]}
 """ps:0 and worker:0 (the chief in practice) on h1, ps:1 and worker:1 on h2; worker:0 ends the
-job after about 60 s, long after h2's restart and its tasks' return."""
+job once the test writes END_FILE on h1, after h2's restart and its tasks' return (or after
+10 minutes)."""
 
 
 def _until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
@@ -113,6 +116,7 @@ def test_a_restarted_host_is_lost_and_restart_brings_its_tasks_back(isolated_lab
         twice = tfctl(inv, "restart", "h2")
         assert twice.returncode == 1 and "no task of run" in twice.stderr, twice.stderr
 
+        (lab.host("h1").workdir / END_FILE).touch()  # worker:0 ends the job
         wait = tfctl(inv, "wait", "--timeout", "240", timeout=300)
         assert wait.returncode == 0, wait.stdout + wait.stderr
         assert "finished with exit status 0" in wait.stderr
@@ -129,10 +133,10 @@ def test_a_restarted_host_is_lost_and_restart_brings_its_tasks_back(isolated_lab
 def test_a_real_tf_job_resumes_from_its_checkpoint_after_its_host_restarts(  # type: ignore[no-untyped-def]
         isolated_lab, tmp_path: Path) -> None:
     lab = isolated_lab
-    steps = 12000
+    steps, every = 4000, 500
     job = {"script": "train.py", "strategy": "mirrored",
            "args": ["--strategy=mirrored", "--cpu_devices=2", f"--steps={steps}",
-                    "--log_every=1000", "--checkpoint_every=1000"]}
+                    f"--log_every={every}", f"--checkpoint_every={every}"]}
     inv = lab.write_inventory(examples_job_dir(tmp_path) / "cluster.yaml", job, hosts=["h3"],
                               ps={"h3": 0})
     up = tfctl(inv, "up", timeout=300)
@@ -159,7 +163,7 @@ def test_a_real_tf_job_resumes_from_its_checkpoint_after_its_host_restarts(  # t
         assert wait.returncode == 0, wait.stderr + log[-3000:]
         resumed = re.search(r"^resumed from \S+ckpt-(\d+) at global step (\d+)$", log, re.M)
         assert resumed is not None, log[-3000:]
-        assert int(resumed.group(2)) >= saved >= 1000  # its last checkpoint, not step 1
+        assert int(resumed.group(2)) >= saved >= every  # its last checkpoint, not step 1
         result = re.search(r"^RESULT (.*)$", log, re.M)
         assert result is not None and json.loads(result.group(1))["steps"] == steps
         assert log.index("starting worker:0 again") < resumed.start()

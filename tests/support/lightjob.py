@@ -8,6 +8,8 @@ ps tasks serve forever (like `server.join()`), workers/chief finish after `--ste
 waits S seconds before binding its port (tasks of the types in `--delay-types`, default all), like
 a real server importing TensorFlow: the window the interrupt tests aim at. `--log-lines N`
 prints N numbered lines of about 100 bytes at start (a chatty task, for the log cap's test).
+`--end-file F`: a worker or chief finishes at its next step once the file F (relative to its
+working directory) exists, so a test ends the job the moment it has seen what it waits for.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main() -> int:
     p.add_argument("--listen-delay", type=float, default=0.0)
     p.add_argument("--delay-types", default="ps,worker,chief,evaluator")
     p.add_argument("--log-lines", type=int, default=0)
+    p.add_argument("--end-file", default="")
     args, _ = p.parse_known_args()
     kind, index, addr = role(args)
     me = f"{kind}:{index}"
@@ -67,6 +70,8 @@ def main() -> int:
         while True:
             time.sleep(1)
     for step in range(1, args.steps + 1):
+        if args.end_file and os.path.exists(args.end_file):
+            break
         time.sleep(args.step_s)
         print(f"step {step} loss={1.0 / step:.4f} steps_per_sec={1 / args.step_s:.1f}",
               flush=True)
