@@ -16,6 +16,7 @@ import json
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -95,25 +96,27 @@ def test_cut_host_reads_unreachable_stale_not_foreign_then_heals(
         screen = pane.wait("h2 unreachable, its task and GPU stale", cut_shown, timeout_s=60,
                            never=false_alarm)
         assert "running" in task_line(screen, "worker:0")  # h1 goes on
-        # And it stays so (the owner refresh and the telemetry retry keep failing meanwhile).
-        pane.wait("a quiet while", lambda s: time.monotonic() - cut_at > 25, timeout_s=40,
-                  never=lambda s: false_alarm(s) or (None if cut_shown(s)
-                                                     else "the cut host's state flickered"))
-
-        status = tfctl(inv, "--connect-timeout", "2", "status", timeout=60)
+        # And it stays so (the owner refresh and the telemetry retry keep failing meanwhile),
+        # while the command line is asked the same, in processes of its own.
+        with ThreadPoolExecutor(4) as pool:
+            asked = {args: pool.submit(tfctl, inv, "--connect-timeout", "2", *args, timeout=60)
+                     for args in (("status",), ("status", "--json"), ("gpus", "--json"),
+                                  ("gpus",))}
+            pane.wait("a quiet while", lambda s: time.monotonic() - cut_at > 25
+                      and all(f.done() for f in asked.values()), timeout_s=60,
+                      never=lambda s: false_alarm(s) or (None if cut_shown(s)
+                                                         else "the cut host's state flickered"))
+        status = asked["status",].result()
         assert status.returncode == 0, status.stderr
         assert "unreachable since" in status.stdout and "no answer for" in status.stdout
-        as_json = json.loads(tfctl(inv, "--connect-timeout", "2", "status", "--json",
-                                   timeout=60).stdout)
+        as_json = json.loads(asked["status", "--json"].result().stdout)
         h2_state = as_json["hosts"]["h2"]
         assert h2_state["reachable"] is False and h2_state["unreachable_since"]
         assert as_json["hosts"]["h1"]["reachable"] is True
-        gpus = tfctl(inv, "--connect-timeout", "2", "gpus", "--json", timeout=60)
-        rows = json.loads(gpus.stdout)
+        rows = json.loads(asked["gpus", "--json"].result().stdout)
         assert {r["host"]: r["reachable"] for r in rows} == {"h1": True, "h2": False}, rows
         assert all(r["unreachable_since"] for r in rows if r["host"] == "h2")
-        assert "unreachable since" in tfctl(inv, "--connect-timeout", "2", "gpus",
-                                            timeout=60).stdout
+        assert "unreachable since" in asked["gpus",].result().stdout
 
         gpu_lab.heal("h2")
         pane.wait("h2 normal again after the heal", lambda s: normal(s) and "unreachable"
