@@ -343,8 +343,8 @@ def handshakes(inv: Path, reps: int) -> None:
     import resource
 
     from tfctl.inventory.load import load_inventory
-    from tfctl.remote.connect import agentops
     from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.connect.session import agentops
 
     inventory = load_inventory(inv)
     hosts = len(inventory.hosts)

@@ -1,7 +1,7 @@
 """The host-side agent's operations on a run and a host: probe, ports, prepare, launch, wait,
 status, stop, finish, runs, logs, listen, connect, sync, procs.
 
-The program is the agent files (`agent_program.AGENT_FILES`, joined by `agent_source`). tfctl
+The program is the agent files (`session.program.AGENT_FILES`, joined by `agent_source`). tfctl
 keeps it on the host as `<workdir>/.tfctl/agent/agent_<hash>.py` (installed by
 `agentclient.BOOT` when missing) and runs it as a session (`optable.serve`): one JSON request per
 line in, one answer per line out, for as long as the command runs, so an operation costs a line

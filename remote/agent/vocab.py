@@ -1,9 +1,10 @@
 """The agent's vocabulary: every request tfctl sends a host's agent and every answer it reads.
 
 Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, no tfctl imports. The same
-classes are the client's (`connect/agentops.py` builds the requests and reads the answers with
-them) and the agent's (its `op_*` functions read the requests and answer with them), so a field
-is written once, here, and both sides agree on its name, its default and its shape.
+classes are the client's (`connect/session/agentops.py` builds the requests and reads the
+answers with them) and the agent's (its `op_*` functions read the requests and answer with
+them), so a field is written once, here, and both sides agree on its name, its default and its
+shape.
 
 Each record is a frozen dataclass with one `to_wire()` (a JSON-ready dict) and one `from_wire()`,
 both over `dataclasses.fields`: keys the class does not know are ignored and a key missing takes

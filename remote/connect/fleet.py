@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tfctl.inventory.model import Host, Inventory
-from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.local import LocalTransport
+from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.transport import SshOptions, Transport
 from tfctl.remote.errors import RemoteError
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.host_scripts import host_script, render
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.gpus.nvsmi import (

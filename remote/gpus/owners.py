@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.remote.agent.vocab import TaskRecord
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuSample
 from tfctl.remote.silence import Silence, silences_from

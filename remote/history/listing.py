@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentclient
 
 
 @dataclass

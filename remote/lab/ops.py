@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.lab.claims import HostClaims, host_claims
 from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
 

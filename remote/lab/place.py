@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.inventory.model import FreeGpus, Inventory
-from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.lab.view import HostLab, LabRow, host_lab

@@ -26,8 +26,8 @@ from typing import Any
 
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.lab.place import HostFree, gpu_state, host_free
 from tfctl.remote.lab.view import host_lab

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan, host_port
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.busy import find_busy_gpus

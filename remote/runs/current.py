@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.inventory.model import Inventory
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
 
 
 @dataclass(frozen=True)

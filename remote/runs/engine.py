@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from tfctl.remote.connect.agentops import StopAnswer
+from tfctl.remote.connect.session.agentops import StopAnswer
 from tfctl.remote.errors import FleetError, RemoteError
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.status import RunStatus, TaskStatus

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.engine import DownSummary, StatusReport, WaitResult
 from tfctl.remote.runs.logs import LogFollower

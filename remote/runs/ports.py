@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.plan import Plan, with_ports
-from tfctl.remote.connect import agentops
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import RemoteError
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tfctl.remote.connect import agentops
-from tfctl.remote.connect.agentops import StartState
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import StartState
 from tfctl.remote.reach import clock_hms
 from tfctl.remote.runs.status import RunStatus
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import RemoteError
 
 Say = Callable[[str], None]

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentops
-from tfctl.remote.connect.agentops import StatusAnswer
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import StatusAnswer
 from tfctl.remote.errors import PortTaken, RemoteError, RunLive
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.failure import explain

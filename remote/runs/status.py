@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfctl.remote.agent.vocab import TaskRecord
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.reach import clock_hms, reach_json, unreachable_words
 from tfctl.remote.runs.failure import explain
 from tfctl.remote.silence import Silence, silences_from

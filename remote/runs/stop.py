@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tfctl.remote.connect import agentops
-from tfctl.remote.connect.agentops import StopAnswer
 from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import StopAnswer
 
 
 def stop_run(fleet: Fleet, run_id: str, hosts: Iterable[str], grace_s: float = 10.0,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from tfctl.inventory.plan import Task
-from tfctl.remote.connect import agentops
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import NoRun, RemoteError
 from tfctl.remote.runs.status import TaskStatus
 

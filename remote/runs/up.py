@@ -38,8 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.ports import chosen_plan, moved, new_token, release_leases
 from tfctl.remote.runs.rollback import raise_first, rolled_back

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.plan import Plan
-from tfctl.remote.connect import agentclient, agentops
-from tfctl.remote.connect.agentops import UpCheck
 from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.session import agentclient, agentops
+from tfctl.remote.connect.session.agentops import UpCheck
 from tfctl.remote.errors import GpusBusy, PythonMissing, RemoteError
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.ports import ask, fixed_ports

@@ -20,8 +20,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tfctl.remote.connect.agentops import Raw, UpCheck
 from tfctl.remote.connect.fleet import Fleet, FleetResult
+from tfctl.remote.connect.session.agentops import Raw, UpCheck
 from tfctl.remote.runs.setup import SetupOutcome, run_setup, setup_errors
 from tfctl.remote.runs.steps import OnEvent, SyncFailed, UpHooks
 from tfctl.remote.runs.upcheck import Checked

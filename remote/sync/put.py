@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.remote.agent.sync import entry_signature
-from tfctl.remote.connect import agentops
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import AgentUnavailable, HostUnreachable, RemoteError
 

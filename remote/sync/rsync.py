@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 from tfctl.inventory.model import Host, Inventory
 from tfctl.remote.agent.sync import entry_signature
-from tfctl.remote.connect import agentclient, agentops
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.local import LocalTransport
+from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.transport import SshOptions, Transport, shell_path
 from tfctl.remote.errors import CommandFailed, PythonMissing, RemoteError
 from tfctl.remote.sync.put import new_sync, put_changed, worth_putting

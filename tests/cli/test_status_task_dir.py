@@ -12,8 +12,8 @@ import pytest
 from tests.support.fakes.ui_sources import FakeController
 from tfctl.inventory.model import Host
 from tfctl.inventory.tasks import Task
-from tfctl.remote.connect import agentops
 from tfctl.remote.connect.local import LocalTransport
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.runs.status import RunStatus, TaskStatus, task_from_agent
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.widgets.tasks import header_text, row_text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfctl.remote.connect.agent_program import AGENT_FILES
+from tfctl.remote.connect.session.program import AGENT_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("inventory", "remote", "tui")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.connect.agent_program import (
+from tfctl.remote.connect.session.program import (
     AGENT_FILES,
     CLIENT_ONLY_MODULES,
     agent_program,

@@ -288,9 +288,9 @@ def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignor
     import json
 
     from tfctl.inventory.load import load_inventory
-    from tfctl.remote.connect import agentclient
     from tfctl.remote.connect.hold import borrow
     from tfctl.remote.connect.hold.holder import MAX_SESSIONS_PER_LINK
+    from tfctl.remote.connect.session import agentclient
     from tfctl.remote.connect.transport import SshOptions
 
     for key, value in held.items():

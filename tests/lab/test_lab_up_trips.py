@@ -27,8 +27,8 @@ import pytest
 from tests.support.labtools import FOREVER, cmdline_of, job_dir, processes_of_run
 from tests.support.localcluster import local_cluster
 from tfctl.inventory.load import load_inventory
-from tfctl.remote.connect import agentclient, agentops
 from tfctl.remote.connect.fleet import FleetResult
+from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import HostUnreachable, RemoteError
 from tfctl.remote.runs.controller import RunController, SyncFailed, UpOptions

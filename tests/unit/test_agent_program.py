@@ -1,4 +1,4 @@
-"""The agent files are joined into one module on the hosts (`agent_program.AGENT_FILES`): a
+"""The agent files are joined into one module on the hosts (`session.program.AGENT_FILES`): a
 top-level name defined in two of them would silently replace the other's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from tfctl.remote.connect.agent_program import AGENT_FILES, agent_source
+from tfctl.remote.connect.session.program import AGENT_FILES, agent_source
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "remote" / "agent"
 

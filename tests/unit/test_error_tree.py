@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from tfctl.inventory.model import Host
-from tfctl.remote.connect import agentclient
 from tfctl.remote.connect.hold.borrow import HeldPipe, HeldTransport
 from tfctl.remote.connect.local import LocalTransport
+from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.ssh import SshPipe, SshTransport
 from tfctl.remote.connect.transport import Pipe, Transport
 from tfctl.remote.errors import (

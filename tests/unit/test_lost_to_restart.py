@@ -75,7 +75,7 @@ def test_the_chief_ending_ends_the_job_while_a_worker_waits_for_its_restart() ->
 
 
 def test_status_from_answers_keeps_the_restart_time() -> None:
-    from tfctl.remote.connect.agentops import StatusAnswer
+    from tfctl.remote.connect.session.agentops import StatusAnswer
 
     answer = StatusAnswer("r1", "/w/.tfctl/runs/r1", (_raw("worker:1", "lost", BOOTED),))
     st = status_from("tf_config", "r1", {"h2": answer}, {}, time.time())

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.connect.agentops import StatusAnswer
+from tfctl.remote.connect.session.agentops import StatusAnswer
 from tfctl.remote.gpus import owners as owners_module
 from tfctl.remote.gpus.findings import silence_findings
 from tfctl.remote.gpus.owners import OwnerCache

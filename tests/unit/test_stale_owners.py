@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tfctl.inventory.model import Host
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.ssh import SshTransport
 from tfctl.remote.errors import CommandFailed, HostUnreachable
 from tfctl.remote.gpus import owners as owners_module

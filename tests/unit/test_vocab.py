@@ -30,9 +30,9 @@ from tfctl.remote.agent.vocab import (
     Wire,
 )
 from tfctl.remote.agent.wire import ANSWER_MARK, WIRE_VERSION
-from tfctl.remote.connect import agentclient
-from tfctl.remote.connect.agent_program import AGENT_FILES, agent_source
 from tfctl.remote.connect.local import LocalTransport
+from tfctl.remote.connect.session import agentclient
+from tfctl.remote.connect.session.program import AGENT_FILES, agent_source
 from tfctl.remote.errors import AgentOutdated
 
 RECORDS = sorted((cls for cls in vars(vocab).values()

@@ -30,8 +30,8 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.wire import ANSWER_MARK
-from tfctl.remote.connect.agentclient import payload
 from tfctl.remote.connect.hold import place
+from tfctl.remote.connect.session.agentclient import payload
 from tfctl.remote.connect.ssh import SshPipe, SshTransport
 from tfctl.remote.errors import RemoteError
 

@@ -63,7 +63,7 @@ def runtime_dir() -> Path:
 def code_digest() -> str:
     """This tfctl's connecting code and agent, by file size and mtime (a few stats): a holder
     started by another version has another socket, so it is never asked."""
-    from tfctl.remote.connect.agentclient import payload
+    from tfctl.remote.connect.session.agentclient import payload
 
     here = Path(__file__).resolve().parent.parent
     parts = [str(PROTOCOL), sys.executable, payload().file_name]

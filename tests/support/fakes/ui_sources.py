@@ -16,7 +16,7 @@ from typing import Any
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
-from tfctl.remote.connect.agentops import StartState
+from tfctl.remote.connect.session.agentops import StartState
 from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
 from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample

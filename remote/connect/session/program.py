@@ -20,15 +20,16 @@ AGENT_FILES = ("wire.py", "vocab.py", "proc.py", "run.py", "state.py", "sync.py"
 # Imported only for building the program or for annotations (strings under `from __future__
 # import annotations`): cut from the program, saving ~10 ms of imports at each agent start.
 CLIENT_ONLY_MODULES = ("tfctl", "__future__", "ast", "pathlib", "typing")
+AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
+"""remote/agent/, the agent files' folder (this file is in remote/connect/session/)."""
 
 
 @functools.lru_cache(maxsize=1)
 def agent_source() -> str:
     """The agent program without its request: the agent files, client imports cut."""
     parts = ["from __future__ import annotations\n"]
-    here = Path(__file__).resolve().parent.parent / "agent"
     for name in AGENT_FILES:
-        lines = (here / name).read_text().splitlines(keepends=True)
+        lines = (AGENT_DIR / name).read_text().splitlines(keepends=True)
         cut = client_import_lines(lines)
         parts.append("".join(line for i, line in enumerate(lines) if i not in cut))
     return "\n".join(parts)

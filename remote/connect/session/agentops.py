@@ -53,7 +53,7 @@ from tfctl.remote.agent.vocab import (
     WaitPortsRequest,
     Wire,
 )
-from tfctl.remote.connect import agentclient
+from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.transport import Transport
 
 Raw = Mapping[str, Any]

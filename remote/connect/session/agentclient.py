@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK, WIRE_VERSION
-from tfctl.remote.connect.agent_program import agent_source
+from tfctl.remote.connect.session.program import agent_source
 from tfctl.remote.connect.transport import Pipe, Transport, shell_path
 from tfctl.remote.errors import (
     AgentOutdated,
