@@ -25,7 +25,7 @@ records that outlive the exception (a host's last poll error). The tree, as http
         └── GpusBusy           GPUs the plan assigns are held by others
 
 Failures of one step keep their own classes beside the step (`LaunchFailed` in
-runs/rollback.py, `TunnelError` in connect/tunnel.py, `EngineRefused` (a FleetError) in
+runs/up/rollback.py, `TunnelError` in connect/tunnel.py, `EngineRefused` (a FleetError) in
 runs/engine.py, `SlurmSilent` (a FleetError) in engines/slurm_read.py, ...), each a
 `RemoteError`.
 """

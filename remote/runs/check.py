@@ -124,8 +124,8 @@ def _task_ports(plan: Plan, host: str) -> list[int]:
 def _check_ports(fleet: Fleet, plan: Plan, hosts: list[str],
                  reports: dict[str, HostReport]) -> tuple[dict[str, set[int]], Plan]:
     """The written ports: busy is a failure. The others: which free ports `up` would take now
-    (runs/ports.py). Also the plan with those, for the peers' check."""
-    from tfctl.remote.runs.ports import NoFreePort, ask, chosen_plan, fixed_ports
+    (runs/up/ports.py). Also the plan with those, for the peers' check."""
+    from tfctl.remote.runs.up.ports import NoFreePort, ask, chosen_plan, fixed_ports
 
     def look(t: Any) -> tuple[list[agentops.PortState], agentops.Raw | None]:
         wanted = ask(plan, t.host.name, None)

@@ -180,7 +180,7 @@ class RunController:
     def up(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
            hooks: UpHooks | None = None) -> str:
         """Check every host, sync and set up where the checks found it needed, judge the busy
-        GPUs and taken ports, start every task, remember the run (remote/runs/up.py: one
+        GPUs and taken ports, start every task, remember the run (remote/runs/up/sequence.py: one
         sequence for every host, whatever its state).
 
         `gpus: free` hosts first take the GPUs free now (`gpus_taken`; `NoFreeGpus` when too
@@ -191,7 +191,7 @@ class RunController:
         results (the CLI prints per-host summaries from them) and the run id before any task
         starts.
         """
-        from tfctl.remote.runs.up import up
+        from tfctl.remote.runs.up.sequence import up
 
         say: Say = on_event or (lambda _text: None)
         self.starting_run_id = None

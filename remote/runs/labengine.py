@@ -133,7 +133,7 @@ class LabEngine:
         return next((t.host for t in found.tasks if t.name == task), self._plan().task(task).host)
 
     def rollback(self, run_id: str, cause: str | None = None) -> str:
-        from tfctl.remote.runs.rollback import rollback
+        from tfctl.remote.runs.up.rollback import rollback
 
         return rollback(self.fleet, self._plan(), run_id, cause)
 

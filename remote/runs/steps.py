@@ -3,7 +3,7 @@
 Each step reports progress through `on_event` (one line of text) and, for front ends that show
 more than lines (the CLI's per-host summaries), through an `UpHooks` object; a step that fails
 raises, and then nothing was started. `up` does the same sync and setup inside its own
-sequence, only where its check found them needed (upwork.py), and tells the same hooks.
+sequence, only where its check found them needed (up/work.py), and tells the same hooks.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ class _AloneSettings:
 
 def _start_alone(controller: RunController, task: Task, on_event: Callable[[str], None]) -> None:
     from tfctl.remote.runs.current import remember
-    from tfctl.remote.runs.up import up
+    from tfctl.remote.runs.up.sequence import up
 
     plan = replace(controller.plan, tasks=(task,))
     run_id, _status = up(controller.fleet, plan, on_event, _AloneSettings(), prepare=False)

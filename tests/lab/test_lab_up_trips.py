@@ -32,9 +32,9 @@ from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import HostUnreachable, RemoteError
 from tfctl.remote.runs.controller import RunController, SyncFailed, UpOptions
-from tfctl.remote.runs.rollback import LaunchFailed
 from tfctl.remote.runs.setup import SetupOutcome
 from tfctl.remote.runs.steps import NoHooks
+from tfctl.remote.runs.up.rollback import LaunchFailed
 from tfctl.remote.sync.result import SyncResult
 
 pytestmark = pytest.mark.lab

@@ -21,7 +21,7 @@ from tfctl.remote.agent.run import (
     write_json_when_room,
 )
 from tfctl.remote.runs.check import judge_room
-from tfctl.remote.runs.manifest import task_manifest
+from tfctl.remote.runs.up.manifest import task_manifest
 
 GOOD = """\
 name: lab

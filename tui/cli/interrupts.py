@@ -72,7 +72,7 @@ def silence_terminal() -> None:
 def rollback_on_interrupt(controller: RunController, hooks: CliUpHooks) -> Iterator[UpGuard]:
     """Ctrl-C/SIGTERM/SIGHUP before the run is up: stop what it started, say so (and why, in
     the run's record), exit 130."""
-    from tfctl.remote.runs.rollback import Interrupted
+    from tfctl.remote.runs.up.rollback import Interrupted
 
     guard = UpGuard(hooks)
     previous = {sig: signal.signal(sig, guard.on_signal) for sig in SIGNAL_WORDS

@@ -1,9 +1,9 @@
 """`tfctl up` (and the dashboard's `u`): one sequence of phases for every host, whatever its state.
 
-1. check (upcheck.py): one `up_check` per host asks everything `up` must know before anything
+1. check (check.py): one `up_check` per host asks everything `up` must know before anything
    starts anywhere (the sync's diff, the setup cache, nvidia-smi, the task ports, free ports
    for the tasks whose port the inventory leaves out). It starts nothing.
-2. the work the checks found (upwork.py): the sync and the setup, each only where a host needs
+2. the work the checks found (work.py): the sync and the setup, each only where a host needs
    it, then a second check of the hosts they changed, so that their GPUs and ports are judged
    as they are after the setup, not before it. A host whose agent could not run (no Python
    yet: the setup may be what installs it) is synced and set up through the shell here and
@@ -41,13 +41,13 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.runs.ports import chosen_plan, moved, new_token, release_leases
-from tfctl.remote.runs.rollback import raise_first, rolled_back
-from tfctl.remote.runs.start import new_run_id, start_tasks
 from tfctl.remote.runs.status import RunStatus
 from tfctl.remote.runs.steps import NoHooks, UpHooks
-from tfctl.remote.runs.upcheck import check_hosts, judge_gpus, judge_ports
-from tfctl.remote.runs.upwork import setup_phase, sync_phase
+from tfctl.remote.runs.up.check import check_hosts, judge_gpus, judge_ports
+from tfctl.remote.runs.up.ports import chosen_plan, moved, new_token, release_leases
+from tfctl.remote.runs.up.rollback import raise_first, rolled_back
+from tfctl.remote.runs.up.start import new_run_id, start_tasks
+from tfctl.remote.runs.up.work import setup_phase, sync_phase
 from tfctl.remote.sync.rsync import checked_source, source_listing
 
 Say = Callable[[str], None]

@@ -6,7 +6,7 @@ plan's port on a host where it is free and takes a free one of `job.port_range` 
 the second check where a host synced or ran its setup; then it plans again with what the hosts
 chose (`inventory.plan.with_ports`), so the manifests, the cluster spec, TF_CONFIG and the
 flags all name the ports the tasks will listen on, and the run's manifest records them. Ports
-the inventory writes are checked free (`upcheck.judge_ports`) and never moved.
+the inventory writes are checked free (`check.judge_ports`) and never moved.
 """
 
 from __future__ import annotations

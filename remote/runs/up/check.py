@@ -27,10 +27,10 @@ from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.session.agentops import UpCheck
 from tfctl.remote.errors import GpusBusy, PythonMissing, RemoteError
 from tfctl.remote.runs.check import describe_holder
-from tfctl.remote.runs.ports import ask, fixed_ports
-from tfctl.remote.runs.rollback import LaunchFailed
 from tfctl.remote.runs.setup import commands_digest
 from tfctl.remote.runs.steps import WARNING, OnEvent
+from tfctl.remote.runs.up.ports import ask, fixed_ports
+from tfctl.remote.runs.up.rollback import LaunchFailed
 from tfctl.remote.sync.rsync import SourceListing
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session.agentops import Raw, UpCheck
 from tfctl.remote.runs.setup import SetupOutcome, run_setup, setup_errors
 from tfctl.remote.runs.steps import OnEvent, SyncFailed, UpHooks
-from tfctl.remote.runs.upcheck import Checked
+from tfctl.remote.runs.up.check import Checked
 from tfctl.remote.sync.put import new_sync
 from tfctl.remote.sync.result import SyncResult
 from tfctl.remote.sync.rsync import SourceListing, apply_diff, shared_skips, shell_diff

@@ -31,10 +31,10 @@ from tfctl.remote.connect.session.agentops import StatusAnswer
 from tfctl.remote.errors import PortTaken, RemoteError, RunLive
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.failure import explain
-from tfctl.remote.runs.manifest import host_manifest
-from tfctl.remote.runs.ports import chosen_ports
-from tfctl.remote.runs.rollback import LaunchFailed, raise_first
 from tfctl.remote.runs.status import RunStatus, status_from
+from tfctl.remote.runs.up.manifest import host_manifest
+from tfctl.remote.runs.up.ports import chosen_ports
+from tfctl.remote.runs.up.rollback import LaunchFailed, raise_first
 
 Say = Callable[[str], None]
 T = TypeVar("T")
