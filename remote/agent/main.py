@@ -76,7 +76,7 @@ from tfctl.remote.agent.vocab import (
     WaitPortsRequest,
 )
 from tfctl.remote.agent.wait import wait_until_up
-from tfctl.remote.agent.watch import UP_MARK, start_watcher
+from tfctl.remote.agent.watch import start_watcher
 
 
 def hostname() -> str:
@@ -198,8 +198,6 @@ def op_status(req: StatusRequest, seen: dict[str, Any] | None = None) -> StatusA
     run_id = req.run_id or newest_run(workdir)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
-    if req.mark_up:  # `up` verified every task of the run: the watcher may trust it
-        write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
     tasks = task_statuses(run_dir, run_id, manifest, req.tail, seen)
     if any(t.state == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
         tasks = task_statuses(run_dir, run_id, manifest, req.tail)

@@ -15,11 +15,11 @@ port refuse the whole `up` with nothing started).
 answer may be a moment old), and `up_go` refuses to start when a port chosen by the check was
 taken since (`verify_ports`).
 
-`up_go` does in one request what the operations `prepare`, `launch`, `wait_ports` and `status`
-do in four (the client's step-by-step path): make the run directory (and copy the cached setup
+`up_go` is the operations `prepare`, `launch`, `wait_ports` and `status` in one request, so
+that starting a host costs one line each way: make the run directory (and copy the cached setup
 log into it), start the tasks named, wait for them to listen or die (the cheap wait of
-`wait.py`) for at most one round, and with the host's tasks all up, answer with the status the
-final read of `up` would give. A round stays short (the client asks for about 2 s) so that
+`wait.py`) for at most one round, and with the host's tasks all up, answer with the host's
+status. A round stays short (the client asks for about 2 s) so that
 Ctrl-C in the client is acted on within a round, not after the whole wait for ports.
 """
 
@@ -90,7 +90,7 @@ def setup_cached(workdir: str, digest: str, inputs: list[str]) -> dict[str, Any]
     """Whether `remote/agent/setup.sh` would skip: its hash of the commands and the inputs as
     they are here, computed as it computes it, and its `done-<hash>` marker. A hash computed
     differently (an odd input, no sha256sum there) only finds no marker: then the client runs
-    the setup program itself, which decides as it always did."""
+    the setup program itself, which decides by its own hash."""
     import hashlib
 
     h = hashlib.sha256((digest + "\n").encode())
@@ -173,7 +173,8 @@ def op_up_go(req: UpGoRequest) -> UpGo:
 
 
 def _copy_setup_log(source: str, target: str) -> None:
-    """The cached setup's log beside the tasks' (`runs.setup.attach_logs` did it in a shell)."""
+    """The host's setup log (of the setup this `up` ran, or of the cached one it skipped) in the
+    run directory beside the tasks' logs, as `setup.log`: the run keeps the setup it ran with."""
     import contextlib
     import shutil
 
@@ -182,8 +183,7 @@ def _copy_setup_log(source: str, target: str) -> None:
 
 
 def op_up_mark(req: RunRef) -> dict[str, Any]:
-    """`up` verified every task of the run on every host: the watcher may trust it (what
-    `status` with `mark_up` does, without reading every task's state once more)."""
+    """`up` verified every task of the run on every host: the watcher may trust it."""
     run_dir = run_dir_of(expand(str(req.workdir)), str(req.run_id))
     load_manifest(run_dir)
     write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})

@@ -399,8 +399,6 @@ class StatusRequest(Wire):
     run_id: str | None = None
     """The run (the host's newest when None)."""
     tail: int = 1
-    mark_up: bool = False
-    """`up` verified every task of the run: the host's watcher may trust it."""
 
 
 @dataclass(frozen=True)

@@ -129,13 +129,10 @@ class RunStatus:
                      for t in self.tasks)
 
 
-def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1,
-                mark_up: bool = False) -> RunStatus:
-    """Every task of the run, from every host; `mark_up` (the read that ends `up`) also tells
-    each host's watcher that the whole run had started."""
+def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> RunStatus:
+    """Every task of the run, from every host."""
     asked_at = time.time()
-    answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=tail,
-                                                  mark_up=mark_up), hosts)
+    answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=tail), hosts)
     return status_from(fleet.inventory.job.style, run_id, answers.succeeded,
                        {h: str(e) for h, e in answers.failed.items()}, asked_at)
 

@@ -34,7 +34,7 @@ def test_the_hosts_agent_answers_the_plans_directory_in_each_tasks_record(
                for i, cwd in enumerate((t.host.workdir, "sub/dir"))]
     manifest = {"inventory": "t", "tasks": [dict(task.to_json(), restart={"policy": "never"})
                                             for task in planned]}
-    agentops.prepare(t, t.host.workdir, "r1", manifest)
+    agentops.up_go(t, t.host.workdir, "r1", manifest=manifest)
     answer = agentops.status(t, t.host.workdir, "r1")
     assert [(r.name, r.cwd) for r in answer.tasks] == [("worker:0", t.host.workdir),
                                                         ("worker:1", "sub/dir")]

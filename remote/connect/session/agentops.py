@@ -25,8 +25,6 @@ from tfctl.remote.agent.vocab import (
     PortsAnswer,
     PortsRequest,
     PortState,
-    PrepareAnswer,
-    PrepareRequest,
     ProbeRequest,
     ProcsRequest,
     PutAnswer,
@@ -110,12 +108,6 @@ def connect(t: Transport, targets: Sequence[str], timeout_s: float) -> list[Raw]
 
 # ---------------------------------------------------------------- a run's life
 
-def prepare(t: Transport, workdir: str, run_id: str, manifest: Raw) -> str:
-    """Create the run's directory and manifest (op `prepare`); the run directory."""
-    answer = _call(t, "prepare", PrepareRequest(workdir, run_id, dict(manifest)))
-    return PrepareAnswer.from_wire(answer).run_dir
-
-
 def launch(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = None
            ) -> LaunchAnswer:
     """Start these tasks of the prepared run (all when None) and its watcher (op `launch`)."""
@@ -140,11 +132,9 @@ def wait_ports(t: Transport, workdir: str, run_id: str, tasks: Sequence[str], ti
     return WaitPortsAnswer.from_wire(answer).tasks
 
 
-def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1,
-           mark_up: bool = False) -> StatusAnswer:
+def status(t: Transport, workdir: str, run_id: str | None, tail: int = 1) -> StatusAnswer:
     """Every task of the run on this host with `tail` last log lines (op `status`)."""
-    return StatusAnswer.from_wire(_call(t, "status",
-                                        StatusRequest(workdir, run_id, tail, mark_up)))
+    return StatusAnswer.from_wire(_call(t, "status", StatusRequest(workdir, run_id, tail)))
 
 
 def stop(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = None,
