@@ -1,2 +1,3 @@
-"""A run's life: setup, launch, status, logs, stop, the current run, preflight checks, firewall
-rules, and `RunController`, the one API the CLI and the dashboard both call."""
+"""A run's life: starting it (`up/`), its setup, status, logs, stop and restart, the current run,
+preflight checks, firewall rules, the engines a run goes through, and `RunController`, the one
+API the CLI and the dashboard both call."""
