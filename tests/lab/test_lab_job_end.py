@@ -20,6 +20,9 @@ from tests.support.labtools import job_dir, processes_of_run, run_id_from, tfctl
 pytestmark = pytest.mark.lab
 
 JOB = {"script": "job.py", "style": "flags", "args": ["--steps=3"]}
+QUICK_END = {"TFCTL_CLOSED_FOR_GOOD_S": "3"}
+"""`up`'s environment: the other hosts take worker 0's port closed for 3 s as its end (20 s by
+default, remote/runs/endrule.py), which is what these tests wait for."""
 
 
 def _watchers(lab, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
@@ -55,7 +58,7 @@ def _finished(lab, host: str, run_id: str) -> dict:  # type: ignore[no-untyped-d
 def test_hosts_end_the_job_by_themselves(lab, tmp_path: Path, down_after) -> None:  # type: ignore[no-untyped-def]
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB)
     down_after.append(inv)
-    up = tfctl(inv, "up")
+    up = tfctl(inv, "up", env=QUICK_END)
     assert up.returncode == 0, up.stdout + up.stderr
     run_id = run_id_from(up.stdout)
     _until_gone(run_id, lab, 90)  # no tfctl command in between
@@ -85,9 +88,9 @@ def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path, 
     # h3 never hears of worker 0's end: silence, not a refusal, which ends its part only once
     # it has lasted the job's silence window (short here; minutes by default).
     inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml",
-                              dict(JOB, args=["--steps=25"], silence_window=15))  # 5 s: to cut h3
+                              dict(JOB, args=["--steps=25"], silence_window=8))  # 5 s: to cut h3
     down_after.append(inv)
-    up = tfctl(inv, "up")
+    up = tfctl(inv, "up", env=QUICK_END)
     assert up.returncode == 0, up.stdout + up.stderr
     run_id = run_id_from(up.stdout)
     lab.cut("h3")
@@ -95,8 +98,8 @@ def test_a_cut_host_ends_its_part_and_the_others_theirs(healed, tmp_path: Path, 
     _until_gone(run_id, lab, 120)
     assert _finished(lab, "h1", run_id)["status"]["by"] == "watcher on h1"
     finished = _finished(lab, "h3", run_id)
-    assert finished["status"]["cause"] == "worker:0 silent for 15 s (no answer from its port)"
-    assert finished["finished_at"] - cut_at >= 15
+    assert finished["status"]["cause"] == "worker:0 silent for 8 s (no answer from its port)"
+    assert finished["finished_at"] - cut_at >= 8
 
 
 def test_down_leaves_no_watcher_behind(lab, tmp_path: Path, down_after) -> None:  # type: ignore[no-untyped-def]

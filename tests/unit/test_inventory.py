@@ -100,6 +100,20 @@ def test_silence_window_reaches_every_host_s_end_rule() -> None:
     assert end_rule(make_plan(inv), 180.0)["silence_window_s"] == 90.0
 
 
+@pytest.mark.parametrize(("value", "seconds"), [
+    (None, 20.0), ("3", 3.0), ("0.5", 0.5), ("0", 20.0), ("-4", 20.0), ("soon", 20.0),
+    ("nan", 20.0), ("1e9", 20.0)])
+def test_a_refused_port_is_an_end_after_20_s_unless_the_environment_says_less(
+        monkeypatch: pytest.MonkeyPatch, value: str | None, seconds: float) -> None:
+    from tfctl.remote.runs import endrule
+
+    if value is None:
+        monkeypatch.delenv("TFCTL_CLOSED_FOR_GOOD_S", raising=False)
+    else:
+        monkeypatch.setenv("TFCTL_CLOSED_FOR_GOOD_S", value)
+    assert endrule._closed_for_good_default() == seconds
+
+
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="no such file — create one with `tfctl init`"):
         load_inventory(tmp_path / "nope.yaml")
