@@ -56,7 +56,7 @@ from lab_scale import (
     timed_tfctl,
 )
 
-from tests.support.lab import Lab
+from tests.support.testbed import Testbed
 
 
 def disconnect(env: dict[str, str]) -> None:
@@ -102,11 +102,11 @@ def main() -> int:
     if shutil.which("pdsh") is None:
         raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-b2b-") as tmp, Lab(args.hosts) as lab, \
+    with tempfile.TemporaryDirectory(prefix="tfctl-b2b-") as tmp, Testbed(args.hosts) as testbed, \
             tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
         job = light_job_dir(Path(tmp))
-        inv = light_inventory(lab, job / "cluster.yaml")
-        full = light_inventory(lab, job / "full.yaml", **FULL_UP)
+        inv = light_inventory(testbed, job / "cluster.yaml")
+        full = light_inventory(testbed, job / "full.yaml", **FULL_UP)
         trees: dict[str, dict[str, str]] = {}
         for tag, path in (("", None), (" (before)", args.baseline)):
             if tag and not path:
@@ -117,9 +117,9 @@ def main() -> int:
             if path:
                 env["PYTHONPATH"] = str(Path(path).resolve())
             trees[tag] = env
-        plain, _ = pdsh_envs(lab, runtime)
-        hosts = ",".join(h.address for h in lab.hosts)
-        print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
+        plain, _ = pdsh_envs(testbed, runtime)
+        hosts = ",".join(h.address for h in testbed.hosts)
+        print(f"lab: {len(testbed.hosts)} hosts ({'netns' if testbed.isolated else 'loopback'}), "
               f"{len(TASKS)} processes per host; gap {args.gap:g} s; python {PYTHON}"
               + (f"; before = {args.baseline}" if args.baseline else ""))
         for env in trees.values():  # warm-up, not counted: the first sync and setup
@@ -130,7 +130,7 @@ def main() -> int:
         for rep in range(args.reps):
             for name in order[rep % len(order):] + order[:rep % len(order)]:
                 if name == "pdsh":
-                    launched, listening, _ = pdsh_once(lab, plain, hosts, TASKS, PORTS)
+                    launched, listening, _ = pdsh_once(testbed, plain, hosts, TASKS, PORTS)
                     s["pdsh"].append(launched.wall_s)
                     s["pdsh+listen"].append(listening)
                     continue

@@ -19,7 +19,7 @@ on its first connection: with `--baseline`, its difference is what Fabric costs 
 It also times resolving 3 ssh-config aliases through OpenSSH (`ssh -G`, remote/connect/openssh.py)
 in a fresh process, with its answers cached on disk and with that cache off.
 `--lab N` also times `tfctl status` and `tfctl exec -- true` on a lab of N real sshd hosts
-(tests/support/lab), which connect to every host (`exec` through Fabric's `Connection.run`).
+(tests/support/testbed), which connect to every host (`exec` through Fabric's `Connection.run`).
 """
 
 from __future__ import annotations
@@ -107,11 +107,11 @@ def main() -> int:
                          "before: ssh stack import": (ssh_stack, before)}
             timed(plan, env=before).check("plan")
         if args.lab:
-            from tests.support.lab.lab import Lab
+            from tests.support.testbed.testbed import Testbed
 
-            lab = stack.enter_context(Lab(args.lab))
+            testbed = stack.enter_context(Testbed(args.lab))
             (Path(tmp) / "lab").mkdir()
-            lab_inv = lab.write_inventory(Path(tmp) / "lab" / "cluster.yaml",
+            lab_inv = testbed.write_inventory(Path(tmp) / "lab" / "cluster.yaml",
                                           {"script": "job.py", "style": "flags"})
             for name, extra in (("status", ["status"]), ("exec -- true", ["exec", "--", "true"])):
                 argv = [PYTHON, "-m", "tfctl.tui", "-i", str(lab_inv), *extra]

@@ -4,7 +4,7 @@
     python benchmarks/lab_scale.py                  # 16 hosts, 3 repetitions (root: netns lab)
     python benchmarks/lab_scale.py --hosts 8 --reps 5 --grace 2
 
-A lab of real sshd hosts (tests/support/lab) runs a light job (tests/support/lightjob.py, no
+A lab of real sshd hosts (tests/support/testbed) runs a light job (tests/support/lightjob.py, no
 TensorFlow: it binds its task port and idles) as 3 processes per host: ps:1 and 2 CPU workers. Per
 repetition, in a rotating order:
   pdsh       `pdsh -f 32 -R ssh` merely launching the same 3 processes per host, detached, with
@@ -71,7 +71,7 @@ from _common import (
 )
 from _pdsh import pdsh_envs, pdsh_once
 
-from tests.support.lab import Lab
+from tests.support.testbed import Testbed
 
 TASKS = ("ps:0", "worker:0", "worker:1")
 PORTS = {"ps": 2222, "worker": 2223}
@@ -103,13 +103,14 @@ FULL_UP = {"setup": ["true"], "setup_inputs": ["job.py"]}
 job's script)."""
 
 
-def light_inventory(lab: Lab, path: Path, **job: object) -> Path:
+def light_inventory(testbed: Testbed, path: Path, **job: object) -> Path:
     """The light job as 3 processes per host (ps:0 and 2 CPU workers) in inventory `path`,
     named by its file (cluster.yaml: the default name); `job` replaces keys of the job."""
     spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"], **job}
     name = {} if path.stem == "cluster" else {"name": path.stem}
-    return lab.write_inventory(path, spec, host_fields={h: {"cpu_workers": 2} for h in lab.names},
-                               **name)
+    return testbed.write_inventory(
+        path, spec, host_fields={h: {"cpu_workers": 2} for h in testbed.names}, **name
+    )
 
 
 def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
@@ -186,20 +187,23 @@ def main() -> int:
     if shutil.which("pdsh") is None:
         raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab, \
-            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
+    with (
+        tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp,
+        Testbed(args.hosts) as testbed,
+        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
+    ):
         args.runtime = runtime  # the holder's socket and ssh's control sockets: short paths
         job = light_job_dir(Path(tmp))
         (job / "stubborn.py").write_text(STUBBORN)
-        inv = light_inventory(lab, job / "cluster.yaml")
-        stubborn = light_inventory(lab, job / "stubborn.yaml", script="stubborn.py")
-        full = light_inventory(lab, job / "full.yaml", **FULL_UP)
+        inv = light_inventory(testbed, job / "cluster.yaml")
+        stubborn = light_inventory(testbed, job / "stubborn.yaml", script="stubborn.py")
+        full = light_inventory(testbed, job / "full.yaml", **FULL_UP)
         first_sync = timed(tfctl_argv(inv, "sync"), env=dict(os.environ, TFCTL_PERSIST="0")
                            ).check("first sync")  # installs the agent
-        print(f"lab: {len(lab.hosts)} hosts ({'netns' if lab.isolated else 'loopback'}), "
+        print(f"lab: {len(testbed.hosts)} hosts ({'netns' if testbed.isolated else 'loopback'}), "
               f"{len(TASKS)} processes per host; python {PYTHON}"
               + (f"; before = {args.baseline}" if args.baseline else ""))
-        samples = measure(lab, inv, stubborn, full, args)
+        samples = measure(testbed, inv, stubborn, full, args)
         samples["first_sync"].add(first_sync)
         report(samples, args)
         handshakes(inv, args.reps)
@@ -207,10 +211,10 @@ def main() -> int:
     return 0
 
 
-def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Namespace
+def measure(testbed: Testbed, inv: Path, stubborn: Path, full: Path, args: argparse.Namespace
             ) -> dict[str, Samples]:
-    pdsh_env, muxed_env = pdsh_envs(lab, args.runtime)
-    hosts = ",".join(h.address for h in lab.hosts)
+    pdsh_env, muxed_env = pdsh_envs(testbed, args.runtime)
+    hosts = ",".join(h.address for h in testbed.hosts)
     s: dict[str, Samples] = defaultdict(Samples)
     # "": this tree with no holder (--persist 0); " (held)": this tree as a user has it
     # (the default --persist 60), the previous command's holder lending its sessions.
@@ -231,7 +235,7 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
             if name.startswith("pdsh"):
                 muxed = name == "pdsh-cm"
-                launched, listening, machine = pdsh_once(lab, muxed_env if muxed else pdsh_env,
+                launched, listening, machine = pdsh_once(testbed, muxed_env if muxed else pdsh_env,
                                                          hosts, TASKS, PORTS)
                 s[name].add(launched)
                 s[f"{name}+listen"].wall_s.append(listening)
@@ -262,11 +266,11 @@ def measure(lab: Lab, inv: Path, stubborn: Path, full: Path, args: argparse.Name
     for _ in range(max(1, args.reps // 2)):
         run_id = run_id_of(timed(tfctl_argv(stubborn, "up", "--no-sync"), env=envs[""])
                            .check("up").stdout)
-        for old in lab.dir.glob("*/work/term-*.log"):
+        for old in testbed.dir.glob("*/work/term-*.log"):
             old.unlink()
         started = time.time()
         down, gone_at = down_watched(stubborn, args.grace, run_id, envs[""])
-        terms = [float(line) for log in lab.dir.glob("*/work/term-*.log")
+        terms = [float(line) for log in testbed.dir.glob("*/work/term-*.log")
                  for line in log.read_text().split()]
         s["down_stubborn"].add(down)
         s["gone_stubborn"].wall_s.append(gone_at - started)

@@ -8,7 +8,8 @@ claim is not needed: `lab` reads every host's GPUs, compute apps, their processe
 claims folder in its one request, `status` the run's tasks in its one. Every command is a fresh
 process with held connections (`--persist 60`, remote/connect/hold), typed one after another,
 in alternating order; `cold` is the first command after `tfctl disconnect`. Prints medians of
-wall-clock seconds and lab ÷ status. Needs root (network-namespace lab hosts, tests/support/lab).
+wall-clock seconds and lab ÷ status. Needs root (network-namespace lab hosts,
+tests/support/testbed).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from _common import PYTHON, light_job_dir, machine_line, median, ratio, tfctl_argv, timed
 from lab_scale import run_id_of
 
-from tests.support.lab import Lab
+from tests.support.testbed import Testbed
 
 
 def main() -> int:
@@ -36,17 +37,20 @@ def main() -> int:
     if os.geteuid() != 0:
         raise SystemExit("needs root: the network-namespace lab")
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-labview-") as tmp, Lab(args.hosts) as lab, \
-            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
-        for name in lab.names:
-            lab.install_gpus(name, args.gpus)
+    with (
+        tempfile.TemporaryDirectory(prefix="tfctl-labview-") as tmp,
+        Testbed(args.hosts) as testbed,
+        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
+    ):
+        for name in testbed.names:
+            testbed.install_gpus(name, args.gpus)
         job = light_job_dir(Path(tmp))
         spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
-        inv = lab.write_inventory(job / "cluster.yaml", spec,
-                                  gpus={h: [0, 1] for h in lab.names})
+        inv = testbed.write_inventory(job / "cluster.yaml", spec,
+                                  gpus={h: [0, 1] for h in testbed.names})
         env = dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=runtime)
         run_id = run_id_of(timed(tfctl_argv(inv, "up"), env=env).check("up").stdout)
-        print(f"lab: {len(lab.hosts)} hosts, {args.gpus} GPUs each, run {run_id}; python "
+        print(f"lab: {len(testbed.hosts)} hosts, {args.gpus} GPUs each, run {run_id}; python "
               f"{PYTHON}")
         try:
             timed(tfctl_argv(inv, "lab"), env=env).check("lab")  # starts the idle samplers

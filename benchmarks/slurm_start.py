@@ -6,10 +6,10 @@
     python benchmarks/slurm_start.py --light      # tests/support/lightjob.py: no TensorFlow import
 
 The same job both ways: the bundled trainer (examples/train.py, style flags: ps:0 and worker:0
-on h1, worker:1 on h2) on the lab of tests/support/lab, and as one Slurm job on a real Slurm over
-the same hosts (tests/support/lab/slurm.py: slurmctld here, a slurmd in each host's namespace). Per
-repetition, interleaved (order alternating), each after one unmeasured warm-up of each (so the
-code is synced and every sync is a no-change one): the start of `up` until
+on h1, worker:1 on h2) on the lab of tests/support/testbed, and as one Slurm job on a real Slurm
+over the same hosts (tests/support/testbed/slurm.py: slurmctld here, a slurmd in each host's
+namespace). Per repetition, interleaved (order alternating), each after one unmeasured warm-up of
+each (so the code is synced and every sync is a no-change one): the start of `up` until
 
 - `up` returns (lab: every task verified listening; Slurm: the job submitted and read once),
 - Slurm only: the job's first step started (the batch script's `started` line),
@@ -37,8 +37,8 @@ from pathlib import Path
 import yaml
 from _common import LIGHT_JOB, ROOT, machine_line, median, ratio, tfctl_argv, timed
 
-from tests.support.lab import Lab
-from tests.support.lab.slurm import SlurmCluster, slurm_missing
+from tests.support.testbed import Testbed
+from tests.support.testbed.slurm import SlurmCluster, slurm_missing
 
 EXAMPLES = ROOT / "examples"
 STEP = re.compile(r"^step \d+ ", re.M)
@@ -53,8 +53,8 @@ def main() -> int:
     if why is not None:
         raise SystemExit(why)
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(2) as lab, \
-            SlurmCluster(lab) as cluster:
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Testbed(2) as testbed, \
+            SlurmCluster(testbed) as cluster:
         job_dir = Path(tmp) / "job"
         job_dir.mkdir()
         if args.light:
@@ -64,7 +64,7 @@ def main() -> int:
                 shutil.copy(EXAMPLES / name, job_dir / name)
         job = {"script": "train.py", "style": "flags",
                "args": ["--steps=100000"] + ([] if args.light else ["--log_every=1"])}
-        data = lab.inventory_dict(job, ps={"h1": 1, "h2": 0})
+        data = testbed.inventory_dict(job, ps={"h1": 1, "h2": 0})
         data["slurm"] = {"host": "local", "workdir": str(Path(tmp) / "shared")}
         inv = job_dir / "cluster.yaml"
         inv.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -78,7 +78,7 @@ def main() -> int:
             order = list(modes) if rep % 2 == 0 else list(reversed(modes))
             for mode in order:
                 watch = FirstLines({
-                    "step": ([h.workdir / ".tfctl" / "runs" for h in lab.hosts]
+                    "step": ([h.workdir / ".tfctl" / "runs" for h in testbed.hosts]
                              + [shared / ".tfctl" / "slurm"], "*/worker-*.log", STEP),
                     "job": ([shared], "lab-*.out", re.compile(r"^tfctl: started ", re.M))})
                 started = time.monotonic()

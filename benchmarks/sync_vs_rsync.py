@@ -5,8 +5,8 @@
     python benchmarks/sync_vs_rsync.py --files 5000 --reps 7 --hosts 4
 
 The source holds `--files` small files in 50 folders. Both contenders sync it to a lab host
-(tests/support/lab: a real sshd) with the same key and strict host-key checking, into two different
-folders, each synced once before timing. Per repetition, interleaved (order alternating):
+(tests/support/testbed: a real sshd) with the same key and strict host-key checking, into two
+different folders, each synced once before timing. Per repetition, interleaved (order alternating):
   no change   `tfctl sync` (a fresh process, as a user runs it) and `rsync -a -e 'ssh ...'`, and
               tfctl's sync step inside `up` (`sync_all` on a fresh connection, no CLI start-up)
               (and with --baseline DIR, another version's `tfctl sync` into its own folders);
@@ -36,7 +36,7 @@ from _common import (
     timed,
 )
 
-from tests.support.lab import Lab
+from tests.support.testbed import Testbed
 from tfctl.inventory.load import load_inventory
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.sync.rsync import sync_all
@@ -63,10 +63,10 @@ def change_big_file(path: Path) -> None:
     os.utime(path, ns=(stamp, stamp))
 
 
-def rsync_argv(lab: Lab, source: Path, host: str, dest: str) -> list[str]:
-    ssh = ["ssh", *ssh_options(lab.key, lab.known_hosts, lab.user)]
+def rsync_argv(testbed: Testbed, source: Path, host: str, dest: str) -> list[str]:
+    ssh = ["ssh", *ssh_options(testbed.key, testbed.known_hosts, testbed.user)]
     return ["rsync", "-a", "-e", shlex.join(ssh), f"{source}/",
-            f"{lab.host(host).address}:{dest}/"]
+            f"{testbed.host(host).address}:{dest}/"]
 
 
 def in_process_sync(inventory: Path) -> float:
@@ -89,17 +89,17 @@ def main() -> int:
                         "tfctl/ tree: its `tfctl sync` (into its own folders) runs interleaved")
     args = parser.parse_args()
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab:
+    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Testbed(args.hosts) as testbed:
         source = Path(tmp) / "src"
         make_tree(source, args.files)
         job = {"script": "pkg00/mod00000.py", "sync": {"source": "src"}}
-        inv = lab.write_inventory(Path(tmp) / "cluster.yaml", job)
-        bare = {h: str(lab.host(h).workdir.parent / "bare") for h in lab.names}
+        inv = testbed.write_inventory(Path(tmp) / "cluster.yaml", job)
+        bare = {h: str(testbed.host(h).workdir.parent / "bare") for h in testbed.names}
 
         def rsync_all() -> float:
             started = time.monotonic()
-            for h in lab.names:
-                timed(rsync_argv(lab, source, h, bare[h])).check("rsync")
+            for h in testbed.names:
+                timed(rsync_argv(testbed, source, h, bare[h])).check("rsync")
             return time.monotonic() - started
 
         def cli(inventory: Path, env: dict[str, str] | None = None) -> Callable[[], float]:
@@ -107,16 +107,16 @@ def main() -> int:
 
         runs: dict[str, Callable[[], float]] = {"tfctl sync": cli(inv), "rsync -a": rsync_all}
         if args.baseline:
-            before = lab.write_inventory(
+            before = testbed.write_inventory(
                 Path(tmp) / "before.yaml", job, name="before",
-                host_fields={h: {"workdir": str(lab.host(h).workdir.parent / "before")}
-                             for h in lab.names})
+                host_fields={h: {"workdir": str(testbed.host(h).workdir.parent / "before")}
+                             for h in testbed.names})
             env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
             runs["tfctl sync (before)"] = cli(before, env)
         for run in runs.values():
             run()  # the first copy, not counted
         print(f"tree: {args.files} files + one 1 MB file; {args.hosts} lab host(s) "
-              f"({'netns' if lab.isolated else 'loopback'}); {args.reps} repetitions")
+              f"({'netns' if testbed.isolated else 'loopback'}); {args.reps} repetitions")
         same: dict[str, list[float]] = {name: [] for name in [*runs, "sync step"]}
         changed: dict[str, list[float]] = {name: [] for name in runs}
         for rep in range(args.reps):

@@ -155,17 +155,17 @@ def main() -> int:
                 costs = run(fleet, args.ticks, args.interval_ms, over_ssh=False)
             where = "local transport (subprocess)"
         else:
-            from tests.support.lab import Lab
+            from tests.support.testbed import Testbed
             from tfctl.inventory.load import load_inventory
 
-            with Lab(["bench"]) as lab:
-                lab.write_tool("bench", "nvidia-smi",
+            with Testbed(["bench"]) as testbed:
+                testbed.write_tool("bench", "nvidia-smi",
                                f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={work / 'gpus.json'}\n"
                                f"exec {sys.executable} {NVIDIA_SMI_STANDIN} \"$@\"\n")
-                inv = lab.write_inventory(work / "cluster.yaml", {"script": "x.py"})
+                inv = testbed.write_inventory(work / "cluster.yaml", {"script": "x.py"})
                 with Fleet(load_inventory(inv)) as fleet:
                     costs = run(fleet, args.ticks, args.interval_ms, over_ssh=True)
-                where = "SSH to a lab host (" + ("netns" if lab.isolated else "loopback") + ")"
+                where = "SSH to a lab host (" + ("netns" if testbed.isolated else "loopback") + ")"
     report(costs, where, args)
     return 0
 

@@ -8,18 +8,17 @@
 Two figures per start: until `up` returns (every task verified listening), and until the first
 training step (the first `step N` line of any worker's log) — what a user waits for.
 
-The bundled trainer (examples/train.py, style flags) on lab hosts (tests/support/lab, real sshd),
-synced once before the runs. Per repetition, interleaved (order alternating): `tfctl up --no-sync`
-with `--ps-first` (parameter servers first and until they listen, then the workers until they
-listen) and without (every task in one launch, then each verified listening),
-each followed by `tfctl down`. With `--baseline DIR` (another version's `tfctl/` tree, as in
-lab_scale.py) a full `tfctl up` (no-change sync, all checks, all at once) of this version and of
-that one are the contenders instead (this one as a user has it: `--persist 60`, each command
-borrowing the previous one's connection holder; that one keeping nothing). Importing TensorFlow
-takes a task seconds of one core, so with ps first a job starts in two imports one after the
-other; all at once, in one, where the cores are free: every lab host shares this machine's
-cores, so with more tasks than cores the imports queue for CPU either way (1 host = 2 tasks on
-this 2-core machine).
+The bundled trainer (examples/train.py, style flags) on lab hosts (tests/support/testbed, real
+sshd), synced once before the runs. Per repetition, interleaved (order alternating): `tfctl up
+--no-sync` with `--ps-first` (parameter servers first and until they listen, then the workers until
+they listen) and without (every task in one launch, then each verified listening), each followed by
+`tfctl down`. With `--baseline DIR` (another version's `tfctl/` tree, as in lab_scale.py) a full
+`tfctl up` (no-change sync, all checks, all at once) of this version and of that one are the
+contenders instead (this one as a user has it: `--persist 60`, each command borrowing the previous
+one's connection holder; that one keeping nothing). Importing TensorFlow takes a task seconds of one
+core, so with ps first a job starts in two imports one after the other; all at once, in one, where
+the cores are free: every lab host shares this machine's cores, so with more tasks than cores the
+imports queue for CPU either way (1 host = 2 tasks on this 2-core machine).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from pathlib import Path
 
 from _common import ROOT, machine_line, median, ratio, stop_holders, tfctl_argv, timed
 
-from tests.support.lab import Lab
+from tests.support.testbed import Testbed
 
 EXAMPLES = ROOT / "examples"
 
@@ -48,14 +47,17 @@ def main() -> int:
                         "`up` of it (before) against this one's (after)")
     args = parser.parse_args()
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Lab(args.hosts) as lab, \
-            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
+    with (
+        tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp,
+        Testbed(args.hosts) as testbed,
+        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
+    ):
         job_dir = Path(tmp) / "job"
         job_dir.mkdir()
         for name in ("train.py", "evaluate.py", "digits.py"):
             shutil.copy(EXAMPLES / name, job_dir / name)
         job = {"script": "train.py", "style": "flags", "args": ["--steps=100000", "--log_every=1"]}
-        inv = lab.write_inventory(job_dir / "cluster.yaml", job)
+        inv = testbed.write_inventory(job_dir / "cluster.yaml", job)
         timed(tfctl_argv(inv, "sync"), env=dict(os.environ, TFCTL_PERSIST="0")).check("sync")
         modes = {"ps first": ["--no-sync", "--ps-first"], "all at once": ["--no-sync"]}
         envs: dict[str, dict[str, str] | None] = {m: None for m in modes}
@@ -76,7 +78,7 @@ def main() -> int:
                 walls[mode].append(up.wall_s)
                 run_id = re.search(r"run (\S+) is up", up.stdout)
                 assert run_id, up.stdout
-                steps[mode].append(first_step_s(lab, run_id.group(1), started))
+                steps[mode].append(first_step_s(testbed, run_id.group(1), started))
                 timed(tfctl_argv(inv, "down", "--grace", "1"), env=envs[mode]).check("down")
             print(f"  rep {rep + 1}: " + ", ".join(
                 f"{m}: up {walls[m][-1]:.2f} s, first step {steps[m][-1]:.2f} s" for m in modes),
@@ -95,9 +97,9 @@ def main() -> int:
     return 0
 
 
-def first_step_s(lab: Lab, run_id: str, started: float, timeout_s: float = 300) -> float:
+def first_step_s(testbed: Testbed, run_id: str, started: float, timeout_s: float = 300) -> float:
     """Seconds from `started` until a worker's log on any host shows its first step."""
-    logs = [host.workdir / ".tfctl" / "runs" / run_id for host in lab.hosts]
+    logs = [host.workdir / ".tfctl" / "runs" / run_id for host in testbed.hosts]
     while time.monotonic() - started < timeout_s:
         for folder in logs:
             for log in folder.glob("worker-*.log"):

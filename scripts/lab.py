@@ -20,8 +20,8 @@ from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.lab import Lab, destroy_lab_dir
-from tests.support.lab.layout import STATE_FILE, running_owner
+from tests.support.testbed import Testbed, destroy_lab_dir
+from tests.support.testbed.layout import STATE_FILE, running_owner
 
 
 def _gpus(text: str) -> dict[str, int]:
@@ -39,14 +39,16 @@ def up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with Lab(args.hosts, lab_dir=args.dir, isolated=True if args.isolated else None) as lab:
+    with Testbed(args.hosts, lab_dir=args.dir, isolated=True if args.isolated else None) as testbed:
         job = {"script": args.script}
-        inventory = lab.write_inventory(lab.dir / "cluster.yaml", job, gpus=_gpus(args.gpus))
-        mode = "network namespaces" if lab.isolated else "loopback ports (no cut/heal)"
-        print(f"lab up: {len(lab.hosts)} hosts on {mode}")
-        for host in lab.hosts:
+        inventory = testbed.write_inventory(
+            testbed.dir / "cluster.yaml", job, gpus=_gpus(args.gpus)
+        )
+        mode = "network namespaces" if testbed.isolated else "loopback ports (no cut/heal)"
+        print(f"lab up: {len(testbed.hosts)} hosts on {mode}")
+        for host in testbed.hosts:
             print(f"  {host.name}  {host.address}:{host.port}  workdir {host.workdir}")
-        print(f"try: {' '.join(lab.ssh_argv(lab.hosts[0].name, 'hostname'))}")
+        print(f"try: {' '.join(testbed.ssh_argv(testbed.hosts[0].name, 'hostname'))}")
         print(inventory, flush=True)
         while not stop:
             time.sleep(0.2)

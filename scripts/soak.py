@@ -11,7 +11,7 @@ Each cycle is the real command line (a new `tfctl` process each time, as a user 
 - runs whose logs were kept on every host (one per task): must be all of them;
 and exits 0 only when all three hold and every command succeeded. Needs the network-namespace
 lab (root): each host its own ports. Slow by design, so not in the default test suite;
-`tests/lab/test_lab_faults.py::test_soak_up_down_cycles` (marked slow) runs it on the session lab.
+`tests/testbed/test_faults.py::test_soak_up_down_cycles` (marked slow) runs it on the session lab.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.labtools import job_dir, processes_of_run, run_id_from, tfctl
+from tests.support.testbedtools import job_dir, processes_of_run, run_id_from, tfctl
 
 TASK_PORTS = (2222, 2223)
 JOB = {"script": "job.py", "style": "flags", "args": ["--forever"]}
@@ -62,21 +62,26 @@ class SoakResult:
         ])
 
 
-def soak(lab: Any, cycles: int, say: Callable[[str], None] = print,
+def soak(testbed: Any, cycles: int, say: Callable[[str], None] = print,
          grace_s: float = 2.0) -> SoakResult:
-    """Run `cycles` up/down cycles on `lab` (a tests.support.lab.Lab in namespace mode) and
+    """Run `cycles` up/down cycles on `lab` (a tests.support.testbed.Lab in namespace mode) and
     count."""
-    if not lab.isolated:
+    if not testbed.isolated:
         raise RuntimeError("the soak needs the network-namespace lab (root and `ip netns`)")
     base = Path(tempfile.mkdtemp(prefix="tfctl-soak-"))
     try:
-        return _cycles(lab, lab.write_inventory(job_dir(base) / "cluster.yaml", JOB), cycles,
-                       say, grace_s)
+        return _cycles(
+            testbed,
+            testbed.write_inventory(job_dir(base) / "cluster.yaml", JOB),
+            cycles,
+            say,
+            grace_s,
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _cycles(lab: Any, inv: Path, cycles: int, say: Callable[[str], None],
+def _cycles(testbed: Any, inv: Path, cycles: int, say: Callable[[str], None],
             grace_s: float) -> SoakResult:
     result = SoakResult(cycles)
     started = time.monotonic()
@@ -97,24 +102,24 @@ def _cycles(lab: Any, inv: Path, cycles: int, say: Callable[[str], None],
             say(f"cycle {n}/{cycles}: up {t1 - t0:.1f} s, down {time.monotonic() - t1:.1f} s")
     result.seconds = time.monotonic() - started
     result.leftover_processes = sum(len(processes_of_run(r)) for r in result.run_ids)
-    result.bound_ports = count_bound_ports(lab)
-    result.runs_with_logs = sum(logs_kept(lab, r) for r in result.run_ids)
+    result.bound_ports = count_bound_ports(testbed)
+    result.runs_with_logs = sum(logs_kept(testbed, r) for r in result.run_ids)
     return result
 
 
-def count_bound_ports(lab: Any) -> int:
+def count_bound_ports(testbed: Any) -> int:
     count = 0
-    for host in lab.names:
-        for row in lab.run(host, "ss -Hltn").stdout.splitlines():
+    for host in testbed.names:
+        for row in testbed.run(host, "ss -Hltn").stdout.splitlines():
             local = row.split()[3]
             count += int(local.rsplit(":", 1)[1]) in TASK_PORTS
     return count
 
 
-def logs_kept(lab: Any, run_id: str) -> bool:
+def logs_kept(testbed: Any, run_id: str) -> bool:
     """Every host kept the run's directory with a non-empty log for each of its tasks."""
-    for host in lab.names:
-        run_dir = lab.host(host).workdir / ".tfctl" / "runs" / run_id
+    for host in testbed.names:
+        run_dir = testbed.host(host).workdir / ".tfctl" / "runs" / run_id
         # the tasks' logs: not the run watcher's own (watch.log), which came after this check
         logs = [log for log in run_dir.glob("*.log") if log.name != "watch.log"]
         if len(logs) != 2 or not all(log.stat().st_size for log in logs):  # its ps + worker
@@ -131,10 +136,10 @@ def main() -> int:
     if os.geteuid() != 0:
         print("the soak needs root (the lab's network namespaces)", file=sys.stderr)
         return 2
-    from tests.support.lab import Lab
+    from tests.support.testbed import Testbed
 
-    with Lab(args.hosts, isolated=True) as lab:
-        result = soak(lab, args.cycles, grace_s=args.grace)
+    with Testbed(args.hosts, isolated=True) as testbed:
+        result = soak(testbed, args.cycles, grace_s=args.grace)
     print(result.report())
     return 0 if result.ok else 1
 

@@ -1,4 +1,4 @@
-"""Shared test setup: the SSH test lab's fixtures (tests/support/lab), stopping what a test
+"""Shared test setup: the SSH test lab's fixtures (tests/support/testbed), stopping what a test
 started, and the session's end, which fails the run when a process the suite started still runs
 (tests/support/leftovers.py)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import leftovers
-from tests.support.labtools import tfctl
+from tests.support.testbedtools import tfctl
 
-pytest_plugins = ["tests.support.lab.fixtures"]
+pytest_plugins = ["tests.support.testbed.fixtures"]
 
 # Every process the suite starts inherits this session's marker (tests/support/leftovers.py); set
 # before any test, replacing one an outer pytest set.
@@ -21,7 +21,7 @@ os.environ[leftovers.SESSION_VAR] = SESSION
 _test_starts: list[tuple[float, str]] = []
 """(seconds since boot, test id) as each test began: which test a leftover process came from."""
 
-# Commands keep no connections for the next one unless a test asks (tests/lab/test_lab_hold.py):
+# Commands keep no connections for the next one unless a test asks (tests/testbed/test_hold.py):
 # a holder from one test would serve the next test's commands, whose lab may have changed.
 # TFCTL_TEST_PERSIST=60 runs the whole suite the way users' commands run by default.
 os.environ["TFCTL_PERSIST"] = os.environ.get("TFCTL_TEST_PERSIST", "0")

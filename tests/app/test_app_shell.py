@@ -1,6 +1,6 @@
 """The dashboard's `x` through Pilot: which host or task it opens, that the
 app suspends around the session and comes back, and what it says when it cannot. The session
-itself on a real terminal and host: tests/lab/test_lab_ssh.py (tmux)."""
+itself on a real terminal and host: tests/testbed/test_ssh.py (tmux)."""
 
 from __future__ import annotations
 

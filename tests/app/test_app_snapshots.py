@@ -79,7 +79,7 @@ def test_lab_view(snap_compare: SnapCompare) -> None:
     """`L`: every GPU of every host, held, reserved, idle, stale
     (tests/support/fakes/ui_sources.py)."""
 
-    async def lab(pilot: Pilot[None]) -> None:
+    async def testbed(pilot: Pilot[None]) -> None:
         from textual.widgets import DataTable
 
         from tfctl.tui.app.labview import LabScreen
@@ -93,4 +93,4 @@ def test_lab_view(snap_compare: SnapCompare) -> None:
             await pilot.pause(0.05)
         await pilot.pause(0.1)
 
-    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=lab)
+    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=testbed)

@@ -5,7 +5,7 @@ quoting the command that got no answer); its tasks read "unknown" with their las
 "[stale since T]" and their uptime as it was; its GPUs "stale since T", never "foreign"; and all
 of it reads normal again once the host answers. Tables over hand-built facts and fixed clocks
 (TZ=UTC), so every word is checked exactly. The same on the lab, in tmux:
-tests/lab/test_lab_ui_cut_heal.py.
+tests/testbed/test_ui_cut_heal.py.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.labtools import processes_of_run
 from tests.support.localcluster import local_cluster, run_tfctl
+from tests.support.testbedtools import processes_of_run
 
 README = Path(__file__).parents[2] / "README.md"
 

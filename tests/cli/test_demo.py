@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.labtools import processes_of_run
+from tests.support.testbedtools import processes_of_run
 
 pytestmark = pytest.mark.tf
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.labtools import processes_of_run
 from tests.support.localcluster import local_cluster, run_tfctl
+from tests.support.testbedtools import processes_of_run
 
 # Also read by tests/unit/test_inventory_subset.py.
 PS_JOB = """

@@ -1,7 +1,7 @@
 """`up`'s interrupt guard (tui/cli/interrupts.py) and SIGHUP, in a process of its own: a closing
 terminal interrupts `up` like Ctrl-C, silently (nobody reads the terminal); `nohup tfctl up`
 (SIGHUP ignored) is not interrupted by it. On the lab, with a real terminal closing:
-tests/lab/test_lab_interrupts.py::test_terminal_closed_while_workers_start_stops_everything."""
+tests/testbed/test_interrupts.py::test_terminal_closed_while_workers_start_stops_everything."""
 
 from __future__ import annotations
 

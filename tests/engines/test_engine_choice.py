@@ -1,6 +1,6 @@
 """`RunController` holds one engine, chosen once from the current run: the Slurm job the state
 file names (`up --on slurm`), else the lab's hosts. The choice and the Slurm engine's refusals
-need no host: nothing here connects (tests/lab/test_lab_slurm.py runs both engines for real)."""
+need no host: nothing here connects (tests/testbed/test_slurm.py runs both engines for real)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Headless commands stay light: `tfctl plan`, `init` and `--help` never import textual,
 tensorflow, or an SSH library (fabric, paramiko, invoke); import-linter checks the static layers,
 this checks what really gets imported. A command that contacts hosts does import Fabric
-(tests/lab/test_lab_openssh.py shows each hop is a Fabric Connection)."""
+(tests/testbed/test_openssh.py shows each hop is a Fabric Connection)."""
 
 from __future__ import annotations
 

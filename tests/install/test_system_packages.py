@@ -31,7 +31,7 @@ BASE_SYSTEM = frozenset({
 PROVIDED = {
     "python3": "the README's prerequisite",
     "nvidia-smi": "tests/support/fakes/nvidia_smi_standin.py, put on the lab hosts' PATH",
-    "lab-probe": "written onto the host's PATH by tests/lab/test_lab.py itself",
+    "lab-probe": "written onto the host's PATH by tests/testbed/test_testbed.py itself",
     "sudo": "scripts/test's way to apt-get for a user who is not root, used only where present",
 }
 
@@ -98,8 +98,8 @@ SCAN_CASES = [
     ('SSHD = "/usr/sbin/sshd"\nsubprocess.Popen([*prefix, SSHD, "-D"])', ["sshd"]),
     ('def rule(a):\n    return ["iptables", a]\n_netns_run(ns, rule("-I"))', ["iptables"]),
     ('argv = ["rsync", "-a"]\nsubprocess.run(argv)', ["rsync"]),
-    ('lab.run("h1", "nft list ruleset; ss -ltn 2>&1 | grep x")', ["nft", "ss", "grep"]),
-    ('lab.run("h1", ["sh", "-c", "pdsh -w h hostname; $(id -u)"])', ["sh", "pdsh", "id"]),
+    ('testbed.run("h1", "nft list ruleset; ss -ltn 2>&1 | grep x")', ["nft", "ss", "grep"]),
+    ('testbed.run("h1", ["sh", "-c", "pdsh -w h hostname; $(id -u)"])', ["sh", "pdsh", "id"]),
     ('tfctl(inv, "exec", "--", "ssh-agent", "-s")', ["ssh-agent"]),
     ('shutil.which("unshare")', ["unshare"]),
     ('bench.start("sleep", "120")', ["sleep"]),

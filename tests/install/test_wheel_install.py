@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from tests.lab.test_lab_hold import agents, held, holders, wait_until  # noqa: F401  # held: fixture
-from tests.support.labtools import FOREVER, cmdline_of, job_dir, processes_of_run, run_id_from
+from tests.support.testbedtools import FOREVER, cmdline_of, job_dir, processes_of_run, run_id_from
 from tests.support.tmuxpane import Pane
+from tests.testbed.test_hold import agents, held, holders, wait_until  # noqa: F401  # held: fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_FOLDERS = ("inventory", "remote", "tui", "examples")
@@ -163,9 +163,9 @@ HOSTS = ("h1", "h2")
 """The lab hosts the job runs on."""
 
 
-def sessions(lab: Any) -> dict[str, set[int]]:
+def sessions(testbed: Any) -> dict[str, set[int]]:
     """host → its agent sessions, for the job's hosts."""
-    return {h: pids for h, pids in agents(lab).items() if h in HOSTS}
+    return {h: pids for h, pids in agents(testbed).items() if h in HOSTS}
 
 
 def connection_of(pid: int) -> int | None:
@@ -177,7 +177,7 @@ def connection_of(pid: int) -> int | None:
         return None
 
 
-def watch_connections(lab: Any) -> tuple[set[int], Callable[[], None]]:
+def watch_connections(testbed: Any) -> tuple[set[int], Callable[[], None]]:
     """The SSH connections (sshd pids) of every agent session seen on the lab's hosts until
     the returned stop() is called."""
     seen: set[int] = set()
@@ -185,7 +185,7 @@ def watch_connections(lab: Any) -> tuple[set[int], Callable[[], None]]:
 
     def poll() -> None:
         while not stop.is_set():
-            for pids in sessions(lab).values():
+            for pids in sessions(testbed).values():
                 seen.update(c for c in map(connection_of, pids) if c is not None)
             time.sleep(0.02)
 
@@ -198,23 +198,23 @@ def watch_connections(lab: Any) -> tuple[set[int], Callable[[], None]]:
     return seen, stopped
 
 
-def steady_agents(lab: Any) -> dict[str, set[int]]:
+def steady_agents(testbed: Any) -> dict[str, set[int]]:
     """The agent sessions on the job's hosts once each has one and they stay the same."""
     def probe() -> dict[str, set[int]] | None:
-        before = sessions(lab)
+        before = sessions(testbed)
         time.sleep(0.5)
-        after = sessions(lab)
+        after = sessions(testbed)
         return after if after == before and all(after.values()) else None
     return wait_until(probe, "an agent session per host, steady", 30)
 
 
-@pytest.mark.lab
+@pytest.mark.testbed
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_the_wheel_installed_tfctl_runs_a_job_on_the_lab(  # type: ignore[no-untyped-def]
-        lab, wheel_venv: Path, held: dict[str, str], tmp_path: Path,  # noqa: F811
+        testbed, wheel_venv: Path, held: dict[str, str], tmp_path: Path,  # noqa: F811
         down_after) -> None:
     tfctl_program = wheel_venv / "bin" / "tfctl"
-    inv = lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER, hosts=list(HOSTS))
+    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER, hosts=list(HOSTS))
     down_after.append(inv)
     env = clean_env(**held)
     runtime = Path(held["XDG_RUNTIME_DIR"])
@@ -230,10 +230,10 @@ def test_the_wheel_installed_tfctl_runs_a_job_on_the_lab(  # type: ignore[no-unt
     assert len(processes_of_run(run_id)) == 4  # ps and worker on h1 and h2
     [holder] = wait_until(lambda: holders(runtime), "the holder the first command left")
     assert Path(cmdline_of(holder)[0]).parent == wheel_venv / "bin"  # the wheel's holder
-    kept = steady_agents(lab)
+    kept = steady_agents(testbed)
 
     held_links = {connection_of(p) for pids in kept.values() for p in pids}
-    seen, stop_watching = watch_connections(lab)
+    seen, stop_watching = watch_connections(testbed)
     try:
         said = tfctl("status")
     finally:
@@ -241,14 +241,14 @@ def test_the_wheel_installed_tfctl_runs_a_job_on_the_lab(  # type: ignore[no-unt
     assert said.count("running") >= 4, said
     # Every agent session that answered status ran on the holder's connections: none of its own.
     assert seen and seen <= held_links, f"status connected by itself: {seen - held_links}"
-    assert sessions(lab) == kept and holders(runtime) == [holder]
+    assert sessions(testbed) == kept and holders(runtime) == [holder]
 
     pane = Pane(f"env -u PYTHONPATH XDG_RUNTIME_DIR={runtime} TFCTL_PERSIST=30 HOME={Path.home()}"
                 f" sh -c '{tfctl_program} -i {inv} ui; echo \"ui exited $?\"; sleep 60'",
                 name="tfctl-wheel")
     try:
         pane.wait("the dashboard with both hosts and the running tasks",
-                  lambda s: "Hosts" in s and lab.address("h2") in s and "running" in s)
+                  lambda s: "Hosts" in s and testbed.address("h2") in s and "running" in s)
         pane.keys("q")
         pane.wait("the dashboard quit", lambda s: "ui exited" in s)
         assert "ui exited 0" in pane.text()

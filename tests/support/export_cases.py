@@ -1,5 +1,6 @@
 """Inventories that `tfctl export` is checked on: every strategy, the bundled examples, and the
-jobs the lab tests write (the same dicts `tests/support/lab/lab.py` builds, on made-up addresses).
+jobs the lab tests write (the same dicts `tests/support/testbed/testbed.py` builds, on made-up
+addresses).
 
 Every host has its own address, so a cluster entry `address:port` names one host: the tests
 replace it by the node (Slurm) or the pod (TFJob) that stands for that host.
@@ -12,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.lab.inventory import InventoryHost, build_inventory
+from tests.support.testbed.inventory import InventoryHost, build_inventory
 from tfctl.inventory import load_inventory, parse_inventory
 from tfctl.inventory.model import Inventory
 

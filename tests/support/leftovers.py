@@ -3,14 +3,14 @@
 `tests/conftest.py` exports `TFCTL_TEST_SESSION=<pid>-<start time>` of the pytest process before
 any test runs, so every process the suite starts inherits it: commands, their connection
 holders, `transport: local` agents and tasks, the lab's sshds, and (through the lab sshd's
-`SetEnv`, tests/support/lab/sshd.py) whatever a session on a lab host starts, detached or not. The
-value names this one pytest process (a pid with its start time is unique until a reboot), so another
-pytest running beside it, for another user or in another checkout, is never counted; a pytest
-run by a test sets its own. A process that changed its environment away (a program given an
+`SetEnv`, tests/support/testbed/sshd.py) whatever a session on a lab host starts, detached or not.
+The value names this one pytest process (a pid with its start time is unique until a reboot), so
+another pytest running beside it, for another user or in another checkout, is never counted; a
+pytest run by a test sets its own. A process that changed its environment away (a program given an
 environment of its own, `env -i`) is not seen.
 
 Read from `/proc/<pid>/environ` (the environment a process was started with), as
-`tests/support/labtools.processes_of_run` finds a run's processes by its tag.
+`tests/support/testbedtools.processes_of_run` finds a run's processes by its tag.
 """
 
 from __future__ import annotations

@@ -93,11 +93,11 @@ class _Module:
             argv = ast.List(elts=list(call.args))  # `bench.start("sleep", "120")`: *argv
         elif len(call.args) > 1 and (name == "_netns_run" or (
                 isinstance(call.func, ast.Attribute) and not on_module)):
-            argv = call.args[1]  # `lab.run(host, command)`: the command comes second
+            argv = call.args[1]  # `testbed.run(host, command)`: the command comes second
         if argv is None:
             return found
         text = self._word_text(argv)
-        if text is not None:  # a string: a shell line (shell=True, or the lab's `bash -c`)
+        if text is not None:  # a string: a shell line (shell=True, or the testbed's `bash -c`)
             return found + shell_programs(text)
         return found + self._argv_programs(argv, depth=0)
 

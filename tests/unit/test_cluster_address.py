@@ -2,8 +2,8 @@
 HostName of its ssh config (`ssh -G`, remote/connect/clusteraddr.py), never a client-side alias;
 and `check` tells a name the hosts cannot resolve from a port a firewall blocks.
 
-On the lab, with real sshd hosts: tests/lab/test_lab_cluster_names.py (plan and check), and
-real TensorFlow training over ssh aliases: tests/lab/test_lab_tf.py.
+On the lab, with real sshd hosts: tests/testbed/test_cluster_names.py (plan and check), and
+real TensorFlow training over ssh aliases: tests/testbed/test_tf.py.
 """
 
 from __future__ import annotations

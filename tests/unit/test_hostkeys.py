@@ -1,6 +1,6 @@
 """known_hosts read as OpenSSH reads it (hostkeys.py): patterns, negation, hashed names, markers,
 and the checks of an OpenSSH host certificate, on keys and certificates made by ssh-keygen.
-The same paths on real sshd hosts: tests/lab/test_lab_openssh.py."""
+The same paths on real sshd hosts: tests/testbed/test_openssh.py."""
 
 from __future__ import annotations
 

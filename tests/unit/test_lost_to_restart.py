@@ -1,7 +1,7 @@
 """A task lost to its host's restart, as the client reads it: words, the job's end, the target.
 
 Pure: TaskStatus/RunStatus from agent records (remote/runs/status.py) and the name `tfctl
-restart` is given (remote/runs/relaunch.py). The lab tests (tests/lab/test_lab_reboot.py) restart a
+restart` is given (remote/runs/relaunch.py). The lab tests (tests/testbed/test_reboot.py) restart a
 host for real.
 """
 

@@ -1,7 +1,7 @@
 """A run's records on a full disk (remote/agent/disk.py, record.py): they stop instead of ending
 the watcher, say so in `records.state` (written in place, taking no new room), and resume with
 room, leaving a `records` event for the gap; `status` words it. On a real filesystem that fills
-up (a small tmpfs; needs root to mount it) and on the lab: tests/lab/test_lab_disk_full.py."""
+up (a small tmpfs; needs root to mount it) and on the lab: tests/testbed/test_disk_full.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A host that cannot reach the chief, as `status`, `gpus` and the dashboard say it.
 
-The run's watcher on the host records the silence (tests/lab/test_watch_silence.py); the status
+The run's watcher on the host records the silence (tests/testbed/test_watch_silence.py); the status
 operation reports it as `silences`; the client turns it into one sentence and the --json facts.
 """
 

@@ -8,7 +8,7 @@ tasks as last read still own their GPUs (marked stale); a session or command who
 connection closed under it (another call's timeout closed the link) is `HostUnreachable`, not
 "`…/bin/python -S -c BOOT …` exited -1"; the telemetry marks such a host unreachable and asks
 again soon. Fakes stand in for the fleet, the SSH channel and the agent's pipe; the real cut link
-is tests/lab/test_lab_ui_cut_heal.py.
+is tests/testbed/test_ui_cut_heal.py.
 """
 
 from __future__ import annotations

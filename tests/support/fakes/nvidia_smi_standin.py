@@ -39,7 +39,7 @@ environment left in /proc, so only live processes count):
   with TFCTL_TEST_GPU_UTIL=N declares its utilization: a GPU whose apps all declare one shows
   the highest (N=0: memory held, nothing computed — a forgotten notebook).
   The pids are the real ones; run as a user, it sees only what that user may read in /proc,
-  unless its interpreter may read every process (tests/support/lab/users.py), as a driver does.
+  unless its interpreter may read every process (tests/support/testbed/users.py), as a driver does.
 
 Drivers: TFCTL_TEST_NVSMI_DRIVER=old (or `"driver": "old"` in the config) plays a driver from
 before the `clocks_throttle_reasons` → `clocks_event_reasons` rename: its help lists only the old

@@ -252,7 +252,7 @@ class FakeController:
                 RunSummary("2026-11-21-1800", started_at=1795420000.0, finished_at=1795423600.0,
                            ended="exit 1: chief:0 ended", exit_code=1)]
 
-    def lab(self) -> list[HostLab]:
+    def testbed(self) -> list[HostLab]:
         """The seeds' box: titan's GPU 0 held by alice's run, 1 reserved by bob, 2 held by
         carol's forgotten notebook for 40 min at 0 %, 3 free with a stale claim; gtx970 free;
         old-box without nvidia-smi."""

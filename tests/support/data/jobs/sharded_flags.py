@@ -3,7 +3,7 @@
 `MonitoredTrainingSession(checkpoint_dir=...)` with the default Scaffold saves *sharded*: one
 SaveV2 per parameter server, each on that ps's own host, then a merge on one of them. With ps
 on several hosts that share no filesystem the first save fails with NOT_FOUND. Used by
-tests/lab/test_lab_checkpoints.py to show that tfctl warns before, and names the error after.
+tests/testbed/test_checkpoints.py to show that tfctl warns before, and names the error after.
 """
 
 import argparse

@@ -1,1 +1,0 @@
-"""Tests that need the lab of real sshd hosts (tests/support/lab), wholly or in part."""

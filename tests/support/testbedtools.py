@@ -1,0 +1,163 @@
+"""Helpers for end-to-end tests on the lab: run the real CLI, read processes on the hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.support.testbed.testbed import Testbed
+    from tests.support.testbed.users import LabUser
+
+HERE = Path(__file__).parent
+FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+"""The light job (tests/support/lightjob.py as job.py) serving until stopped, TF_CONFIG style."""
+
+
+def tfctl(inventory: Path, *args: str, timeout: float = 240,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real `tfctl` command line (a new process, as a user would)."""
+    return subprocess.run([sys.executable, "-m", "tfctl.tui", "-i", str(inventory), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=inventory.parent)
+
+
+def job_dir(tmp: Path, script: str = "lightjob.py") -> Path:
+    d = tmp / "job"
+    d.mkdir(exist_ok=True)
+    shutil.copy(HERE / script, d / "job.py")
+    return d
+
+
+def user_inventory(testbed: Testbed, user: LabUser, folder: Path, **kwargs: Any) -> Path:
+    """`user`'s own inventory of the light job, serving until stopped, in `folder`/job (their
+    key and login; `kwargs` as `Lab.write_user_inventory` takes them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    job_dir(folder)
+    return testbed.write_user_inventory(user, folder / "job" / "cluster.yaml", FOREVER, **kwargs)
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+def cmdline_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def processes_of_run(run_id: str) -> dict[int, dict[str, str]]:
+    """Every live process on this machine (all lab hosts share /proc) tagged with the run."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = environ_of(int(entry))
+        except OSError:
+            continue
+        if env.get("TFCTL_RUN_ID") == run_id:
+            found[int(entry)] = env
+    return found
+
+
+def run_tagged_pids(pids: list[int]) -> list[int]:
+    """Those of `pids` (a lab host's processes) that carry any tfctl run tag; vanished ones skip."""
+    tagged = []
+    for pid in pids:
+        try:
+            if b"TFCTL_RUN_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
+                tagged.append(pid)
+        except OSError:
+            continue
+    return tagged
+
+
+def status_json(inventory: Path) -> dict[str, Any]:
+    proc = tfctl(inventory, "status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def run_id_from(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("run ") and " is up" in line:
+            return line.split()[1]
+    raise AssertionError(f"no run id in output:\n{output}")
+
+
+EXAMPLES = HERE.parents[1] / "examples"
+
+
+def examples_job_dir(tmp: Path, names: tuple[str, ...] = ("train.py", "evaluate.py",
+                                                          "digits.py")) -> Path:
+    """`tmp/job` holding the bundled trainer's files: the source folder of a real TF job."""
+    d = tmp / "job"
+    d.mkdir()
+    for name in names:
+        shutil.copy(EXAMPLES / name, d / name)
+    return d
+
+
+def task_pid(run_id: str, task: str) -> int | None:
+    """The task's own process (a tagged process that is not its supervisor), if it runs."""
+    for pid, env in processes_of_run(run_id).items():
+        if env.get("TFCTL_TASK") != task:
+            continue
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise":
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def aliased_jump_inventory(testbed: Any, tmp: Path, job: dict[str, Any], *, include: bool = False,
+                           folder: Path | None = None) -> tuple[Path, Path]:
+    """(inventory, home): h1 and h2 named only by ~/.ssh/config aliases in `home` (`box1`,
+    `box2`, with address, port, user and key), h2 reached through h1 (ProxyJump box1); the
+    inventory says no user, port or key of its own. Run tfctl with HOME=home. `include`: the
+    aliases are in `~/.ssh/config.d/lab.conf`, which the config Includes (by its full path:
+    OpenSSH expands `~` from the account, not $HOME); `folder`: the job's folder (default: a
+    new one with job.py). No host can resolve the aliases (the lab's /etc/hosts names h1..hN)."""
+    import yaml
+
+    home = tmp / "home"
+    (home / ".ssh" / "config.d").mkdir(parents=True)
+    h1, h2 = testbed.host("h1"), testbed.host("h2")
+    aliases = (f"Host box1\n  HostName {h1.address}\n  Port {h1.port}\n  User {testbed.user}\n"
+               f"  IdentityFile {testbed.key}\n"
+               f"Host box2\n  HostName {h2.address}\n  Port {h2.port}\n  User {testbed.user}\n"
+               f"  IdentityFile {testbed.key}\n  ProxyJump box1\n")
+    if include:
+        (home / ".ssh" / "config.d" / "lab.conf").write_text(aliases)
+        (home / ".ssh" / "config").write_text(f"Include {home}/.ssh/config.d/*.conf\n")
+    else:
+        (home / ".ssh" / "config").write_text(aliases)
+    data = testbed.inventory_dict(job, hosts=["h1", "h2"])
+    for entry, alias in zip(data["hosts"], ("box1", "box2"), strict=True):
+        entry["address"] = alias
+        entry.pop("port", None)
+    for key in ("user", "port", "identity_file"):
+        data["defaults"].pop(key)
+    inv = (folder or job_dir(tmp)) / "cluster.yaml"
+    inv.write_text(yaml.safe_dump(data))
+    return inv, home
+
+
+def wait_until(what: str, check: Any, timeout_s: float) -> Any:
+    """`check()`'s first truthy answer, asked every 0.5 s; an AssertionError naming `what`
+    once `timeout_s` has passed without one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,0 +1,506 @@
+"""The telemetry hub on `transport: local` hosts, reading the nvidia-smi stand-in as real programs.
+
+Every test puts the stand-in (tests/support/fakes, a test double of the nvidia-smi CLI) first on
+PATH and tags itself with a unique TFCTL_TEST_NVSMI_TAG, so only the processes it starts count as
+GPU users.
+The parser's truth is tested on real captures in test_nvsmi.py; here the streaming, probing,
+reconnecting and the `tfctl gpus` command are tested against real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
+from tests.support.testbed import Testbed
+from tfctl.inventory.load import load_inventory
+from tfctl.inventory.model import Host, Inventory, Job
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.gpus.history import TelemetryState
+from tfctl.remote.gpus.nvsmi import BASE_GPU_FIELDS, WANTED_GPU_FIELDS, GpuSample
+from tfctl.remote.gpus.telemetry import BlockAssembler, TelemetryHub, parse_probe
+from tfctl.tui.app.sources import TelemetrySource
+from tfctl.tui.cli.demo_lab import free_port_block
+
+pytestmark = pytest.mark.timeout(120)
+
+CAPTURES = Path(__file__).parents[1] / "support" / "data" / "nvidia-smi"
+HERE = Path(__file__).parents[1] / "support"
+GPUS = {"gpus": [{"name": "NVIDIA TITAN X (Pascal)", "memory_total_mib": 12288},
+                 {"name": "NVIDIA GeForce GTX 970", "memory_total_mib": 4096, "power": None}]}
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Bench:
+    """One local host whose PATH starts with a bin dir holding `nvidia-smi` (or not)."""
+
+    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tmp = tmp
+        self.bin = tmp / "bin"
+        self.tag = uuid.uuid4().hex
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.monkeypatch = monkeypatch
+        config = tmp / "gpus.json"
+        config.write_text(json.dumps({"host": f"bench-{self.tag}", **GPUS}))
+        for name in list(os.environ):
+            if name.startswith(("CUDA_", "TFCTL_TEST_")):
+                monkeypatch.delenv(name)
+        monkeypatch.setenv("PATH", f"{self.bin}:{os.environ['PATH']}")
+        monkeypatch.setenv("TFCTL_TEST_NVSMI_TAG", self.tag)
+        monkeypatch.setenv("TFCTL_TEST_NVSMI_CONFIG", str(config))
+        install_nvidia_smi_standin(self.bin)
+
+    def host(self, name: str = "bench") -> Host:
+        return Host(name=name, address="127.0.0.1", user=None, port=None, identity_file=None,
+                    known_hosts=str(self.tmp / "known_hosts"), jump=None,
+                    workdir=str(self.tmp / "work"), python=sys.executable, env={},
+                    gpus=(0, 1), ps=0, transport="local")
+
+    def hub(self, **kw: Any) -> TelemetryHub:
+        fleet = Fleet(Inventory("bench", (self.host(),), Job(script="job.py")))
+        kw.setdefault("interval_ms", 200)
+        kw.setdefault("apps_every", 1)
+        kw.setdefault("backoff_s", 0.2)
+        return TelemetryHub(fleet, **kw)
+
+    def start(self, *argv: str, **env: str) -> subprocess.Popen[bytes]:
+        child = subprocess.Popen(list(argv), env={**os.environ, **env})
+        self.children.append(child)
+        return child
+
+    def tool(self, script: str) -> None:
+        """Replace `nvidia-smi` on the PATH with a shell wrapper around the stand-in."""
+        link = self.bin / "nvidia-smi"
+        link.unlink()
+        link.write_text(f"#!/bin/sh\nSTANDIN='{sys.executable} {NVIDIA_SMI_STANDIN}'\n{script}")
+        link.chmod(0o755)
+
+    def stream_pids(self) -> list[int]:
+        """Live stand-in processes in loop mode that carry this bench's tag."""
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                env = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue
+            if b"-lms" in cmd and f"TFCTL_TEST_NVSMI_TAG={self.tag}".encode() in env:
+                found.append(int(entry))
+        return found
+
+    def close(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+            child.wait(timeout=10)
+
+
+@pytest.fixture
+def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
+    b = Bench(tmp_path, monkeypatch)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def running(bench: Bench) -> Iterator[Callable[..., TelemetryHub]]:
+    hubs: list[TelemetryHub] = []
+
+    def make(**kw: Any) -> TelemetryHub:
+        hub = bench.hub(**kw)
+        hubs.append(hub)
+        hub.start()
+        return hub
+
+    yield make
+    for hub in hubs:
+        hub.stop()
+
+
+def as_source(hub: TelemetryHub) -> TelemetrySource:
+    """mypy checks here that the hub satisfies the dashboard's Protocol."""
+    return hub
+
+
+def ok_state(hub: TelemetryHub) -> bool:
+    return hub.snapshot("bench").state(hub.clock()) is TelemetryState.OK
+
+
+# -- pure parts -------------------------------------------------------------------------------
+
+def capture_sections(path: Path) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("# $ "):
+            current = line[4:].strip()
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    return {k: "\n".join(v) for k, v in sections.items()}
+
+
+@pytest.mark.parametrize("capture", sorted(p.name for p in CAPTURES.glob("*.txt")))
+def test_probe_on_real_help_texts_keeps_only_listed_fields(capture: str) -> None:
+    sections = capture_sections(CAPTURES / capture)
+    gpu_help = next(v for k, v in sections.items() if k.endswith("--help-query-gpu"))
+    apps_help = next((v for k, v in sections.items()
+                      if k.endswith("--help-query-compute-apps")), "")
+    probe = parse_probe(f"{gpu_help}\n@@tfctl-telemetry:apps\n{apps_help}\n"
+                        "@@tfctl-telemetry:gpus\nGPU-5f2e1e2c-0000-1111-2222-333344445555\n")
+    listed = set(re.findall(r'"([\w.]+)"', gpu_help))
+    assert set(probe.gpu_fields) <= listed
+    assert {"uuid", "utilization.gpu", "memory.used"} <= set(probe.gpu_fields)
+    wanted = [names for names in WANTED_GPU_FIELDS if any(n in listed for n in names)]
+    assert len(probe.gpu_fields) == len(wanted)
+    assert probe.uuids == ("GPU-5f2e1e2c-0000-1111-2222-333344445555",)
+    assert (probe.no_gpus, probe.error) == (None, None)
+
+
+def test_probe_outcomes() -> None:
+    assert parse_probe("@@tfctl-telemetry:none\n").no_gpus
+    nodev = parse_probe("\n@@tfctl-telemetry:apps\n\n@@tfctl-telemetry:gpus\n"
+                        "No devices were found\n")
+    assert nodev.no_gpus and nodev.error is None
+    broken = parse_probe("@@tfctl-telemetry:gpus\n"
+                         "Failed to initialize NVML: Driver/library version mismatch\n")
+    assert broken.error and "NVML" in broken.error and broken.no_gpus is None
+    assert broken.gpu_fields == BASE_GPU_FIELDS  # no help text: the fields every driver knows
+
+
+def test_blocks_end_when_every_gpu_reported_or_one_repeats() -> None:
+    a, b, c = (GpuSample(uuid=f"GPU-{i}", index=i) for i in range(3))
+    known = BlockAssembler(["GPU-0", "GPU-1"])
+    assert known.add(b) == [] and known.add(a) == [(a, b)]  # sorted by index, no waiting
+    unknown = BlockAssembler()
+    assert unknown.add(a) == [] and unknown.add(b) == [] and unknown.add(a) == [(a, b)]
+    assert unknown.add(b) == [(a, b)]  # now the set is known
+    assert unknown.add(c) == [] and unknown.add(a) == []  # a GPU appeared: the block grows
+    assert unknown.add(b) == [(a, b, c)]
+    assert unknown.add(a) == [] and unknown.add(b) == [] and unknown.add(c) == [(a, b, c)]
+
+
+# -- the hub on real processes ------------------------------------------------------------------
+
+def test_stream_shows_gpus_and_the_process_using_each(bench: Bench, running: Any) -> None:
+    worker = bench.start("sleep", "120", CUDA_VISIBLE_DEVICES="1")
+    hub = running()
+    snap = wait_for(lambda: (s := hub.snapshot("bench")).processes and s, what="processes")
+    gpus = {g.index: g for g in snap.gpus}
+    assert [gpus[0].name, gpus[1].name] == ["NVIDIA TITAN X (Pascal)", "NVIDIA GeForce GTX 970"]
+    assert gpus[0].utilization_gpu_pct == 0.0
+    assert (gpus[1].utilization_gpu_pct or 0) >= 90.0
+    assert (gpus[1].power_draw_w, gpus[0].power_limit_w) == (None, 250.0)  # never 0 W
+    assert [(p.gpu_uuid, p.pid) for p in snap.processes] == [(gpus[1].uuid, worker.pid)]
+    assert snap.state(hub.clock()) is TelemetryState.OK
+    wait_for(lambda: len(hub.history.recent("bench", gpus[1].uuid)) >= 3, what="history")
+    assert all(u is not None and u >= 90 for u in hub.history.series(
+        "bench", gpus[1].uuid, "utilization_gpu_pct"))
+    assert hub.info("bench").gpu_fields[-1] == "clocks_event_reasons.active"
+    worker.kill()
+    worker.wait()
+    wait_for(lambda: not hub.snapshot("bench").processes, what="the process to go")
+
+
+def test_only_fields_the_driver_lists_are_queried(bench: Bench, running: Any) -> None:
+    # An older driver: no clocks_event_reasons; asking for it fails the whole query.
+    bench.tool('case "$*" in\n'
+               '  *--help-query-gpu*) $STANDIN "$@" | grep -v clocks_ ;;\n'
+               '  *clocks_*) echo \'Field "clocks_event_reasons.active" is not a valid field '
+               "to query.'; exit 2 ;;\n"
+               '  *) exec $STANDIN "$@" ;;\n'
+               "esac\n")
+    hub = running()
+    wait_for(lambda: ok_state(hub), what="samples")
+    assert "clocks_event_reasons.active" not in hub.info("bench").gpu_fields
+    assert all(g.throttle_reasons is None for g in hub.snapshot("bench").gpus)
+    assert hub.info("bench").restarts == 0
+
+
+def test_host_without_nvidia_smi_says_no_gpus_once(bench: Bench, running: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has a real nvidia-smi")
+    hub = running()
+    wait_for(lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS)
+    time.sleep(1.0)  # many ticks at 200 ms: still one calm state, no error
+    snap = hub.snapshot("bench")
+    assert snap.state(hub.clock()) is TelemetryState.NO_GPUS and snap.error is None
+    assert (hub.info("bench").restarts, hub.info("bench").blocks) == (0, 0)
+
+
+def test_no_devices_is_no_gpus(bench: Bench, running: Any,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TFCTL_TEST_NVSMI_CONFIG")  # the stand-in: "No devices were found"
+    hub = running()
+    wait_for(lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS)
+    assert hub.info("bench").restarts == 0
+
+
+def test_nvml_failure_is_a_host_error_then_recovers(bench: Bench, running: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TFCTL_TEST_NVSMI_FAIL",
+                       "Failed to initialize NVML: Driver/library version mismatch")
+    hub = running()
+    snap = wait_for(lambda: (s := hub.snapshot("bench")).error and s, what="an error")
+    assert "Driver/library version mismatch" in (snap.error or "")
+    assert snap.state(hub.clock()) is TelemetryState.ERROR
+    monkeypatch.delenv("TFCTL_TEST_NVSMI_FAIL")  # "the driver was fixed": the retry succeeds
+    wait_for(lambda: ok_state(hub), what="recovery")
+    assert hub.snapshot("bench").error is None
+
+
+def test_killed_stream_marks_the_host_then_reconnects(bench: Bench, running: Any) -> None:
+    hub = running(backoff_s=1.0)
+    wait_for(lambda: ok_state(hub), what="samples")
+    first = wait_for(bench.stream_pids, what="the stream process")
+    assert len(first) == 1
+    os.kill(first[0], signal.SIGKILL)
+    snap = wait_for(lambda: (s := hub.snapshot("bench")).error and s, what="the error")
+    assert snap.gpus, "the last known GPUs are kept (dimmed by a UI)"
+    assert hub.info("bench").restarts == 1
+    assert "stream ended" in (hub.info("bench").last_error or "")
+    blocks = hub.info("bench").blocks
+    wait_for(lambda: ok_state(hub) and hub.info("bench").blocks > blocks, what="recovery")
+    assert bench.stream_pids() not in ([], first)
+
+
+def test_silent_stream_is_closed_and_reopened(bench: Bench, running: Any) -> None:
+    # One block, then silence with the process alive: as when the link is cut.
+    bench.tool('case "$*" in\n'
+               '  *-lms*) $STANDIN $(echo "$@" | sed "s/-lms [0-9]*//"); exec sleep 600 ;;\n'
+               '  *) exec $STANDIN "$@" ;;\n'
+               "esac\n")
+    hub = running(silence_s=1.0)
+    wait_for(lambda: hub.info("bench").restarts >= 1, what="the watchdog")
+    assert "no output from nvidia-smi" in (hub.info("bench").last_error or "")
+    assert hub.info("bench").blocks >= 1
+
+
+def test_stop_leaves_no_stream_running(bench: Bench) -> None:
+    hub = bench.hub()
+    as_source(hub).start()
+    wait_for(lambda: ok_state(hub), what="samples")
+    assert bench.stream_pids()
+    hub.stop()
+    wait_for(lambda: not bench.stream_pids(), timeout_s=10, what="the stream to end")
+    assert not any(t.is_alive() for t in hub._threads)
+
+
+# -- `tfctl gpus` end to end on a local run ------------------------------------------------------
+
+def tfctl(inv: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfctl.tui", "-i", str(inv), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=inv.parent)
+
+
+def test_tfctl_gpus_json_shows_each_worker_on_its_gpu_and_foreign(bench: Bench) -> None:
+    job = bench.tmp / "job"
+    job.mkdir()
+    shutil.copy(HERE / "lightjob.py", job / "job.py")
+    # Above the demo's range (22220+), so the two never pick the same block.
+    ps_port = free_port_block(1, start=41000, stop=60000)
+    worker_port = free_port_block(2, start=ps_port + 1, stop=60000)
+    inv = job / "cluster.yaml"
+    inv.write_text(yaml.safe_dump({
+        "name": "bench",
+        "hosts": [{"name": "bench", "address": "127.0.0.1", "transport": "local", "gpus": 2,
+                   "ps": 1, "workdir": str(bench.tmp / "work"), "python": sys.executable}],
+        "job": {"script": "job.py", "args": ["--forever"],
+                "ports": {"ps": ps_port, "worker": worker_port}},
+    }))
+    up = tfctl(inv, "up")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        stranger = bench.start("sleep", "120", CUDA_VISIBLE_DEVICES="0")
+        shown = tfctl(inv, "gpus", "--json")
+        assert shown.returncode == 0, shown.stderr
+        rows = {r["index"]: r for r in json.loads(shown.stdout)}
+        assert set(rows) == {0, 1}
+        for index in (0, 1):
+            row = rows[index]
+            assert row["host"] == "bench" and row["state"] == "ok"
+            assert row["utilization_gpu_pct"] >= 90
+            assert row["tasks"] == [f"worker:{index}"] and row["planned"] == [f"worker:{index}"]
+        assert rows[1]["owner"] == "worker:1" and rows[1]["owner_kind"] == "task"
+        assert rows[0]["owner_kind"] == "shared"
+        assert [f["pid"] for f in rows[0]["foreign"]] == [stranger.pid]
+        table = tfctl(inv, "gpus")
+        assert table.returncode == 0, table.stderr
+        assert "worker:1" in table.stdout and f"foreign pid {stranger.pid}" in table.stdout
+    finally:
+        down = tfctl(inv, "down", "--grace", "1")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_tfctl_gpus_is_headless(bench: Bench) -> None:
+    inv = bench.tmp / "cluster.yaml"
+    inv.write_text(yaml.safe_dump({
+        "name": "bench", "job": {"script": "job.py"},
+        "hosts": [{"name": "bench", "address": "127.0.0.1", "transport": "local", "gpus": 2,
+                   "workdir": str(bench.tmp / "work"), "python": sys.executable}]}))
+    code = ("import sys\nfrom tfctl.tui.cli.main import main\n"
+            f"main(['-i', {str(inv)!r}, 'gpus', '--json'], standalone_mode=False)\n"
+            "print(sorted(m for m in ('textual', 'tensorflow') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=bench.tmp)
+    assert proc.returncode == 0, proc.stderr
+    *listing, loaded = proc.stdout.strip().splitlines()
+    assert loaded == "[]"
+    assert [r["index"] for r in json.loads("\n".join(listing))] == [0, 1]
+
+
+# -- on the SSH lab: real sshd hosts, the stand-in on their PATH ----------------------------------
+
+LAB_GPUS = {"h1": 2, "h2": 2}  # h3 has no nvidia-smi at all (a CPU-only box)
+FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
+
+
+@pytest.fixture
+def gpu_lab(testbed: Testbed) -> Iterator[Testbed]:
+    """The lab with the stand-in as `nvidia-smi` on h1 (2 GPUs) and h2 (2 GPUs)."""
+    for name, count in LAB_GPUS.items():
+        config = testbed.host(name).dir / "gpus.json"
+        config.write_text(json.dumps({"host": name, "gpus": [{}] * count}))
+        testbed.write_tool(
+            name,
+            "nvidia-smi",
+            f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={config}\n"
+            f'exec {sys.executable} {NVIDIA_SMI_STANDIN} "$@"\n',
+        )
+    yield testbed
+    for name in LAB_GPUS:
+        testbed.remove_from_path(name, "nvidia-smi")
+
+
+def lab_inventory(testbed: Testbed, tmp: Path) -> Path:
+    job = tmp / "job"
+    job.mkdir(exist_ok=True)
+    shutil.copy(HERE / "lightjob.py", job / "job.py")
+    return testbed.write_inventory(
+        job / "cluster.yaml",
+        FOREVER,
+        gpus={"h1": 2, "h2": [0], "h3": 0},
+        ps={"h1": 1, "h2": 0, "h3": 0},
+    )
+
+
+def stream_on(testbed: Testbed, host: str) -> int | None:
+    """The pid of the telemetry loop an SSH session runs on a lab host: not a run watcher's own
+    stream, nor an earlier command's loop that outlived its session (until its next write finds
+    the pipe closed, up to one interval later)."""
+    for pid in testbed.pids_in(host):
+        try:
+            if b"-lms" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") and \
+                    Path(f"/proc/{parent_of(pid)}/comm").read_text().strip() == "sshd":
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.testbed
+def test_lab_gpus_json_owners_during_a_run(gpu_lab: Testbed, tmp_path: Path) -> None:
+    inv = lab_inventory(gpu_lab, tmp_path)
+    up = tfctl(inv, "up", timeout=240)
+    stranger = None
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        stranger = int(gpu_lab.run("h2", "CUDA_VISIBLE_DEVICES=1 setsid sleep 300 "
+                                         "</dev/null >/dev/null 2>&1 & echo $!").stdout)
+        status = json.loads(tfctl(inv, "status", "--json").stdout)
+        workers = [t for t in status["tasks"] if t["name"].startswith("worker:") and t["mask"]]
+        assert len(workers) == 3  # h3's worker is CPU-only
+        shown = tfctl(inv, "gpus", "--json")
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        rows = {(r["host"], r["index"]): r for r in json.loads(shown.stdout)}
+        for worker in workers:
+            row = rows[(worker["host"], int(worker["mask"]))]
+            assert row["state"] == "ok" and row["utilization_gpu_pct"] >= 90, row
+            assert (row["owner"], row["owner_kind"]) == (worker["name"], "task"), row
+        foreign = rows[("h2", 1)]
+        assert foreign["owner_kind"] == "foreign"
+        assert [(f["pid"], f["user"]) for f in foreign["foreign"]] == [(stranger, gpu_lab.user)]
+        assert (rows[("h3", None)]["state"], rows[("h3", None)]["uuid"]) == ("no_gpus", None)
+    finally:
+        if stranger is not None:
+            os.kill(stranger, signal.SIGKILL)
+        tfctl(inv, "down", "--grace", "1")
+
+
+@pytest.mark.testbed
+def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_lab: Testbed, tmp_path: Path) -> None:
+    fleet = Fleet(load_inventory(lab_inventory(gpu_lab, tmp_path)))
+    hub = TelemetryHub(fleet, interval_ms=300, backoff_s=1.0)
+    hub.start()
+    try:
+        def ok(host: str) -> bool:
+            return hub.snapshot(host).state(hub.clock()) is TelemetryState.OK
+
+        wait_for(lambda: ok("h1") and ok("h2"), what="both GPU hosts")
+        assert hub.snapshot("h3").state(hub.clock()) is TelemetryState.NO_GPUS
+        loop = wait_for(lambda: stream_on(gpu_lab, "h1"), what="h1's nvidia-smi loop")
+        assert loop is not None
+        session = parent_of(loop)
+        os.kill(session, signal.SIGKILL)  # the sshd process serving the channel
+        snap = wait_for(lambda: (s := hub.snapshot("h1")).error and s, what="h1 marked")
+        assert snap.state(hub.clock()) is TelemetryState.ERROR and snap.gpus
+        assert ok("h2"), "another host's stream is untouched"
+        blocks = hub.info("h1").blocks
+        wait_for(lambda: ok("h1") and hub.info("h1").blocks > blocks, what="h1 recovered")
+        assert hub.info("h1").restarts == 1
+        assert stream_on(gpu_lab, "h1") not in (None, loop)
+    finally:
+        hub.stop()
+        fleet.close()
+
+
+@pytest.mark.testbed
+def test_lab_cut_link_goes_stale_then_recovers(gpu_lab: Testbed, isolated_testbed: Testbed,
+                                               tmp_path: Path) -> None:
+    fleet = Fleet(load_inventory(lab_inventory(gpu_lab, tmp_path)))
+    hub = TelemetryHub(fleet, interval_ms=300, backoff_s=0.5, max_backoff_s=2.0, silence_s=2.0)
+    hub.start()
+    try:
+        wait_for(lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK)
+        isolated_testbed.cut("h1")  # packets dropped: the open channel just goes quiet
+        wait_for(lambda: hub.snapshot("h1").state(hub.clock()) is not TelemetryState.OK,
+                 what="h1 stale or failed")
+        wait_for(lambda: hub.info("h1").restarts >= 1, what="the watchdog")
+        isolated_testbed.heal("h1")
+        blocks = hub.info("h1").blocks
+        wait_for(lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK
+                 and hub.info("h1").blocks > blocks, timeout_s=60, what="recovery")
+    finally:
+        hub.stop()
+        fleet.close()
