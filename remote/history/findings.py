@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tfctl.remote.history.records import GpuTrack, RunRecord
+from tfctl.remote.history.records import GpuTrack, RunRecording
 from tfctl.remote.runs.failure import explain
 
 IDLE_PCT = 10.0
@@ -89,7 +89,7 @@ def stragglers(speeds: dict[str, float]) -> list[Finding]:
     return findings
 
 
-def failures(record: RunRecord) -> list[Finding]:
+def failures(record: RunRecording) -> list[Finding]:
     findings = []
     for event in record.events:
         if event.kind != "exit" or (event.exit_code in (0, None) and not event.signal):
@@ -119,7 +119,7 @@ def throttling(gpus: Sequence[GpuTrack]) -> list[Finding]:
     return findings
 
 
-def foreign(record: RunRecord) -> list[Finding]:
+def foreign(record: RunRecording) -> list[Finding]:
     seen: dict[tuple[str, int | None, int], str] = {}
     for owner in record.owners:
         if owner.owner.startswith("foreign:"):
@@ -129,11 +129,11 @@ def foreign(record: RunRecord) -> list[Finding]:
             for (host, index, pid), user in sorted(seen.items(), key=str)]
 
 
-def mean_speeds(record: RunRecord) -> dict[str, float]:
+def mean_speeds(record: RunRecording) -> dict[str, float]:
     return {s.task: statistics.fmean(s.value) for s in record.speeds if s.value}
 
 
-def summarize(record: RunRecord) -> Summary:
+def summarize(record: RunRecording) -> Summary:
     start, end = record.started_at, record.end_s
     busy = idle = 0.0
     for g in record.gpus:
@@ -154,7 +154,7 @@ def summarize(record: RunRecord) -> Summary:
                    idle / 3600 if sampled else None, dict(record.unsampled))
 
 
-def unsampled_gpus(record: RunRecord) -> list[Finding]:
+def unsampled_gpus(record: RunRecording) -> list[Finding]:
     """A host without GPU samples, said as such: a warning where tasks were given its GPUs."""
     findings = []
     for host, why in sorted(record.unsampled.items()):
@@ -166,6 +166,6 @@ def unsampled_gpus(record: RunRecord) -> list[Finding]:
     return findings
 
 
-def all_findings(record: RunRecord) -> list[Finding]:
+def all_findings(record: RunRecording) -> list[Finding]:
     return (failures(record) + unsampled_gpus(record) + idle_gpus(record.gpus)
             + stragglers(mean_speeds(record)) + throttling(record.gpus) + foreign(record))

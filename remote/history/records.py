@@ -67,7 +67,10 @@ class Event:
 
 
 @dataclass
-class RunRecord:
+class RunRecording:
+    """What one run recorded on its hosts, joined: GPU tracks, speeds, owners, events, and the
+    tasks' masks and hosts (the wire's record of a run a host holds is `vocab.RunRecord`)."""
+
     run_id: str
     started_at: float | None = None
     finished_at: float | None = None
@@ -179,9 +182,9 @@ def why_unsampled(info: Mapping[str, Any], present: bool) -> str:
     return "nvidia-smi gave no sample"
 
 
-def read_run(root: str, run_id: str) -> RunRecord:
+def read_run(root: str, run_id: str) -> RunRecording:
     """Every host folder under `root` (= runs/<id>), joined into one record."""
-    record = RunRecord(run_id)
+    record = RunRecording(run_id)
     for host in sorted(os.listdir(root)):
         folder = os.path.join(root, host, RUN_FOLDER)
         if os.path.isdir(folder):
@@ -190,7 +193,7 @@ def read_run(root: str, run_id: str) -> RunRecord:
     return record
 
 
-def _read_host(record: RunRecord, host: str, folder: str) -> None:
+def _read_host(record: RunRecording, host: str, folder: str) -> None:
     def text(name: str) -> str:
         try:
             with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:

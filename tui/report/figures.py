@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tfctl.remote.history.records import Event, GpuTrack, RunRecord, Speed
+from tfctl.remote.history.records import Event, GpuTrack, RunRecording, Speed
 
 DPI = 100
 
@@ -66,7 +66,7 @@ def speed_figure(speeds: Sequence[Speed]) -> bytes:
     return _png(fig)
 
 
-def timeline_figure(record: RunRecord) -> bytes:
+def timeline_figure(record: RunRecording) -> bytes:
     plt = _pyplot()
     tasks = sorted({e.task for e in record.events if e.task},
                    key=lambda n: (n.split(":")[0] != "ps", n))

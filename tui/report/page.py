@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from tfctl.remote.history.findings import Finding, Summary
-from tfctl.remote.history.records import RunRecord
+from tfctl.remote.history.records import RunRecording
 from tfctl.tui.report import figures
 
 
@@ -19,7 +19,7 @@ class Written:
     pngs: tuple[str, ...]
 
 
-def write_report(record: RunRecord, summary: Summary, findings: list[Finding],
+def write_report(record: RunRecording, summary: Summary, findings: list[Finding],
                  out_dir: str) -> Written:
     os.makedirs(out_dir, exist_ok=True)
     images: list[tuple[str, str, bytes]] = []
@@ -54,7 +54,7 @@ def gpu_hours(summary: Summary) -> str:
     return hours
 
 
-def render_html(record: RunRecord, summary: Summary, findings: list[Finding],
+def render_html(record: RunRecording, summary: Summary, findings: list[Finding],
                 images: list[tuple[str, str, bytes]]) -> str:
     esc = html.escape
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at or 0))
