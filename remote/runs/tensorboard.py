@@ -122,9 +122,10 @@ class _AloneSettings:
 
 
 def _start_alone(controller: RunController, task: Task, on_event: Callable[[str], None]) -> None:
-    from tfctl.remote.runs.current import remember
+    from tfctl.remote.runs.current import check_state_writable, remember
     from tfctl.remote.runs.up.sequence import up
 
+    check_state_writable(controller.inventory)
     plan = replace(controller.plan, tasks=(task,))
     run_id, _status = up(controller.fleet, plan, on_event, _AloneSettings(), prepare=False)
     remember(controller.inventory, run_id, plan.hosts_used)

@@ -41,8 +41,9 @@ from tfctl.remote.errors import CommandFailed, PythonMissing, RemoteError
 from tfctl.remote.sync.put import new_sync, put_changed, worth_putting
 from tfctl.remote.sync.result import SyncResult
 
-# `.tfctl-state-*` is the local state file beside the inventory: not code, and rewritten by
-# every `up`, so syncing it would make every sync after an `up` a changed one. `/runs/` at the
+# `.tfctl-state-*` is the state file older tfctls wrote beside the inventory (it lives in the
+# user's state folder now, remote/runs/current.py): not code, and rewritten by every `up` of such
+# a tfctl, so syncing it would make every sync after an `up` a changed one. `/runs/` at the
 # top is where `tfctl collect` brings runs home: results, never code to send back out.
 ALWAYS_EXCLUDED = (".tfctl/", ".tfctl-state-*", "__pycache__/", "*.pyc", "/runs/")
 

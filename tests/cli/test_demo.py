@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.testbedtools import processes_of_run
+from tfctl.remote.runs.current import state_file
 
 pytestmark = pytest.mark.tf
 
@@ -26,7 +27,7 @@ def test_demo_runs_to_completion_and_leaves_nothing(tmp_path: Path) -> None:
     assert steps and 30 <= int(steps.group(1)) <= 33, proc.stdout[-2000:]
     assert list((demo_dir / "out" / "ckpt").glob("ckpt-*.index")), "no checkpoint written"
     assert list((demo_dir / "out").rglob("events.out.tfevents.*")), "no TensorBoard events"
-    state = json.loads((demo_dir / ".tfctl-state-demo.json").read_text())
+    state = json.loads(Path(state_file(str(demo_dir / "cluster.yaml"), "demo")).read_text())
     assert processes_of_run(state["run_id"]) == {}
     # nothing written outside the demo folder
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]

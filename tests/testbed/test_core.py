@@ -20,6 +20,7 @@ from tests.support.testbedtools import (
     status_json,
     tfctl,
 )
+from tfctl.remote.runs.current import state_file
 
 pytestmark = pytest.mark.testbed
 
@@ -123,7 +124,7 @@ def test_status_and_down_without_the_state_file(testbed, tmp_path: Path, down_af
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER)
     down_after.append(inv)
     run_id = run_id_from(_up(inv).stdout)
-    (inv.parent / ".tfctl-state-lab.json").unlink()
+    Path(state_file(str(inv), "lab")).unlink()
     st = status_json(inv)
     assert st["run_id"] == run_id and st["source"] == "hosts"
     assert tfctl(inv, "down", "--grace", "1").returncode == 0

@@ -17,6 +17,7 @@ from tests.support.testbedtools import (
     status_json,
     tfctl,
 )
+from tfctl.remote.runs.current import state_file
 
 pytestmark = pytest.mark.testbed
 
@@ -37,7 +38,7 @@ def test_up_exclude_runs_on_the_rest_and_down_stops_it(testbed: Testbed, tmp_pat
     assert {env["TFCTL_TASK"] for env in processes_of_run(run_id).values()} == set(placed)
     runs_on_h2 = Path(testbed.host("h2").workdir) / ".tfctl" / "runs"  # the lab shares one disk
     assert not runs_on_h2.exists() or run_id not in [p.name for p in runs_on_h2.iterdir()]
-    state = json.loads((inv.parent / ".tfctl-state-lab.json").read_text())
+    state = json.loads(Path(state_file(str(inv), "lab")).read_text())
     assert state["hosts"] == ["h1", "h3"]
 
     down = tfctl(inv, "down", "--grace", "1", "--json")

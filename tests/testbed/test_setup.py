@@ -26,6 +26,7 @@ from tests.support.testbedtools import (
     status_json,
     tfctl,
 )
+from tfctl.remote.runs.current import state_file
 
 pytestmark = pytest.mark.testbed
 
@@ -144,7 +145,7 @@ def test_failing_setup_stops_up_naming_host_and_command(testbed: Testbed, tmp_pa
         assert not (testbed.host("h2").workdir / "setup-finished").exists()
         # nothing launched: no new run directory, no process of any run on any host
         assert _run_dirs(testbed) == runs_before
-        assert not (inv.parent / ".tfctl-state-lab.json").exists()
+        assert not Path(state_file(str(inv), "lab")).exists()
         for name in testbed.names if testbed.isolated else ():
             assert not [p for p in testbed.pids_in(name) if "TFCTL_RUN_ID" in _environ(p)]
     finally:
