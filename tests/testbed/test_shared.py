@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.testbed.client import tfctl_as, user_home
+from tests.support.testbed.inventory import dump_inventory
 from tests.support.testbed.testbed import Testbed
-from tests.support.testbed.users import ALICE, BOB, CAROL, can_add_users
+from tests.support.testbed.users import ALICE, BOB, CAROL, SYSTEM_PYTHON, LabUser, can_add_users
 from tests.support.testbedtools import FOREVER, job_dir, run_id_from, tfctl, user_inventory
 from tests.support.tmuxpane import Pane
 from tfctl.remote.lab.claims import clock
+from tfctl.remote.runs.current import state_file
 
 pytestmark = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
 def _lab_json(inv: Path, *args: str) -> list[dict[str, Any]]:
@@ -208,3 +213,69 @@ def test_a_claim_goes_with_its_run(testbed: Testbed, tmp_path: Path) -> None:
     finally:
         tfctl(forever, "down", "--grace", "1")
         tfctl(inv, "down", "--grace", "1")
+
+
+def test_one_read_only_inventory_serves_each_user_their_own_run(
+        shared_testbed: Testbed, tmp_path: Path) -> None:
+    """A lab's one cluster.yaml in a folder every user reads and none may write: root and bob,
+    each on their own account and key (`~/.ssh` of their home), `up`, `status` and `down`
+    their own run; what tfctl remembers is in each one's `~/.local/state/tfctl`; a state file
+    an older tfctl of root's left beside the inventory is not bob's."""
+    testbed = shared_testbed
+    bob = testbed.users[BOB]
+    root = LabUser("root", 0, 0, testbed.key, {})
+    tag = uuid.uuid4().hex[:8]
+    shared = testbed.dir / f"shared-{tag}" / "lab"
+    shared.parent.mkdir()
+    job_dir(shared.parent).rename(shared)  # the light job's job.py
+    homes = testbed.dir / f"homes-{tag}"
+    homes.mkdir()
+    homes.chmod(0o711)
+    home = {u.name: user_home(homes / u.name, u, u.key) for u in (root, bob)}
+    data = testbed.inventory_dict(FOREVER, hosts=["h1"], ps={"h1": 0}, python=SYSTEM_PYTHON,
+                                  identity_file="~/.ssh/id_ed25519")
+    del data["defaults"]["user"]  # each user logs in as themselves
+    data["hosts"][0]["workdir"] = f"~/tfctl-shared-{tag}"
+    inv = dump_inventory(data, shared / "cluster.yaml")
+    for folder in (shared.parent, shared):
+        folder.chmod(0o755)
+    bobs_workdir = Path(pwd.getpwnam(BOB).pw_dir) / f"tfctl-shared-{tag}"
+
+    def as_(user: LabUser, *args: str) -> subprocess.CompletedProcess[str]:
+        done = tfctl_as(user, home[user.name], inv, *args)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    def status(user: LabUser) -> dict[str, Any]:
+        done = as_(user, "status", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return dict(json.loads(done.stdout))
+
+    try:
+        up = as_(root, "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        roots = run_id_from(up.stdout)
+        (shared / ".tfctl-state-lab.json").write_text(json.dumps({"run_id": roots}))
+        assert "no run yet" in as_(bob, "status").stdout  # root's file is not bob's
+        up = as_(bob, "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        bobs = run_id_from(up.stdout)
+        assert bobs != roots
+        mine = status(bob)
+        assert (mine["run_id"], mine["source"]) == (bobs, "state file")
+        assert [(t["name"], t["state"]) for t in mine["tasks"]] == [("worker:0", "running")]
+        assert status(root)["run_id"] == roots
+        assert [p.name for p in (home[BOB] / ".local" / "state" / "tfctl").iterdir()] == [
+            Path(state_file(str(inv), "lab")).name]
+        down = as_(bob, "down", "--grace", "1")
+        assert down.returncode == 0 and f"run {bobs}: stopped worker:0" in down.stdout, down
+        theirs = status(root)
+        assert theirs["run_id"] == roots and theirs["tasks"][0]["state"] == "running"
+        assert sorted(p.name for p in shared.iterdir()) == [".tfctl-state-lab.json",
+                                                            "cluster.yaml", "job.py"]
+    finally:
+        tfctl_as(bob, home[BOB], inv, "down", "--grace", "1")
+        tfctl_as(root, home["root"], inv, "down", "--grace", "1")
+        shutil.rmtree(bobs_workdir, ignore_errors=True)
+        shutil.rmtree(shared.parent, ignore_errors=True)
+        shutil.rmtree(homes, ignore_errors=True)
