@@ -71,7 +71,8 @@ def test_up_status_wait_down_json(tmp_path: Path) -> None:
         waited = run_tfctl(inv, "wait", "--json", "--timeout", "0.5")
         assert waited.returncode == 1
         assert one_object(waited) == {"run_id": run_id, "ended": False, "exit_code": None,
-                                      "fatal": None, "stopped": [], "timed_out": True}
+                                      "fatal": None, "stopped": [], "timed_out": True,
+                                      "failed_first": None}
     finally:
         down = run_tfctl(inv, "down", "--json", "--grace", "1")
     assert down.returncode == 0, down.stderr
