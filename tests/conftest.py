@@ -1,6 +1,6 @@
-"""Shared test setup: the SSH test lab's fixtures (tests/support/testbed), stopping what a test
-started, and the session's end, which fails the run when a process the suite started still runs
-(tests/support/leftovers.py)."""
+"""Shared test setup: the testbed's fixtures (tests/support/testbed) and the others the tests
+share (tests/support/fixtures.py), stopping what a test started, and the session's end, which
+fails the run when a process the suite started still runs (tests/support/leftovers.py)."""
 
 import os
 import time
@@ -12,7 +12,7 @@ import pytest
 from tests.support import leftovers
 from tests.support.testbedtools import tfctl
 
-pytest_plugins = ["tests.support.testbed.fixtures"]
+pytest_plugins = ["tests.support.testbed.fixtures", "tests.support.fixtures"]
 
 # Every process the suite starts inherits this session's marker (tests/support/leftovers.py); set
 # before any test, replacing one an outer pytest set.

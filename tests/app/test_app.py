@@ -7,13 +7,9 @@ every call, so each test checks what the user sees *and* what the app asked of t
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any
 
-from textual.pilot import Pilot
 from textual.widgets import Log
 
 from tests.support.fakes.ui_sources import (
@@ -21,71 +17,17 @@ from tests.support.fakes.ui_sources import (
     FakeTelemetry,
     FakeTunnel,
     failing_sync,
-    lab_findings,
 )
+from tests.support.pilot import fakes_app, polled, screen_text, sync, until
 from tfctl.remote.runs.status import TaskStatus
-from tfctl.tui.app.app import TfctlApp
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
-from tfctl.tui.app.factory import make_app
 from tfctl.tui.app.widgets.cluster import ClusterView
 from tfctl.tui.app.widgets.tasks import TasksTable
-
-FAST = {"gpu_refresh_s": 0.1, "task_refresh_s": 0.1, "log_refresh_s": 0.1}
-
-
-def sync(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """Run an async Pilot test with asyncio (no pytest async plugin needed)."""
-
-    def run() -> None:
-        asyncio.run(asyncio.wait_for(test(), timeout=60))
-
-    run.__name__ = test.__name__
-    run.__doc__ = test.__doc__
-    return run
-
-
-def lab_app(controller: FakeController | None = None, **kw: object
-            ) -> tuple[TfctlApp, FakeController, list[tuple[str, str, str]]]:
-    """The app from the factory over the fakes, with its notifications recorded."""
-    ctl = controller or FakeController()
-    options: dict[str, object] = {"findings": lab_findings, "tunnel": FakeTunnel(), **FAST}
-    options.update(kw)
-    app = make_app(ctl, FakeTelemetry(), **options)  # type: ignore[arg-type]
-    notes: list[tuple[str, str, str]] = []
-    original = app.notify
-
-    def notify(message: str, *, title: str = "", severity: str = "information",
-               timeout: float | None = None, markup: bool = True) -> None:
-        notes.append((title, message, severity))
-        original(message, title=title, severity=severity,  # type: ignore[arg-type]
-                 timeout=timeout, markup=markup)
-
-    app.notify = notify  # type: ignore[method-assign]
-    return app, ctl, notes
-
-
-async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout_s: float = 15.0
-                ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.02)
-
-
-def polled(app: TfctlApp) -> bool:
-    return all(app.board.link(h).polled_at_s is not None or app.board.link(h).error
-               for h in ("titan", "gtx970", "old-box")) and len(app.logs) > 0
-
-
-def screen_text(app: TfctlApp) -> str:
-    return "\n".join("".join(seg.text for seg in strip)
-                     for strip in app.screen._compositor.render_strips())
 
 
 @sync
 async def test_cluster_view_shows_each_gpu_its_owner_and_the_dead_host() -> None:
-    app, _, _ = lab_app()
+    app, _, _ = fakes_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app) and "worker:0 " in screen_text(app).split("\n")[3])
         hosts = {h.name: h for h in app.query_one(ClusterView).hosts}
@@ -102,7 +44,7 @@ async def test_cluster_view_shows_each_gpu_its_owner_and_the_dead_host() -> None
 
 @sync
 async def test_job_view_lists_every_task_with_state_rate_and_restarts() -> None:
-    app, _, _ = lab_app()
+    app, _, _ = fakes_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         await until(pilot, lambda: app.query_one(TasksTable).row("worker:2").state != "waiting"
@@ -118,7 +60,7 @@ async def test_job_view_lists_every_task_with_state_rate_and_restarts() -> None:
 
 @sync
 async def test_logs_follow_switch_task_and_filter() -> None:
-    app, ctl, _ = lab_app()
+    app, ctl, _ = fakes_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         log = app.query_one("#log", Log)
@@ -152,7 +94,7 @@ async def test_the_steps_column_shows_the_speed_the_logs_state_in_each_form() ->
     ctl.tasks = {h: tuple(replace(t, last_line=quiet.get(t.name, t.last_line)) for t in ts)
                  for h, ts in ctl.tasks.items()}
     ctl.log_lines = [(task, line) for task, line in ctl.log_lines if task not in quiet]
-    app, _, _ = lab_app(ctl)
+    app, _, _ = fakes_app(ctl)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         table = app.query_one(TasksTable)
@@ -171,7 +113,7 @@ async def test_a_host_whose_first_poll_hangs_is_not_said_to_answer() -> None:
     """The Hosts pane's "not answering for 6 s" is in the Findings pane too (one source), and
     until then the Findings pane does not say that every host answers."""
     ctl = FakeController(unreachable={}, delays_s={"titan": 30.0})
-    app, _, _ = lab_app(ctl, findings=None)
+    app, _, _ = fakes_app(ctl, findings=None)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.board.link("gtx970").polled_at_s is not None)
         findings = app.query_one("#findings")
@@ -186,7 +128,7 @@ async def test_a_host_whose_first_poll_hangs_is_not_said_to_answer() -> None:
 
 @sync
 async def test_up_and_sync_run_in_workers_and_report_in_the_past_tense() -> None:
-    app, ctl, notes = lab_app(FakeController(with_run=False))
+    app, ctl, notes = fakes_app(FakeController(with_run=False))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause(0.2)
         assert "no run" in screen_text(app)
@@ -209,7 +151,7 @@ async def test_up_refuses_busy_gpus_and_launches_only_when_confirmed() -> None:
     the dialog names them and the free GPUs, and only "launch anyway" forces it."""
     ctl = FakeController(with_run=False)
     ctl.busy_gpus, ctl.free_gpus = (HOLDER,), "titan: none"
-    app, _, notes = lab_app(ctl)
+    app, _, notes = fakes_app(ctl)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("u")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -236,7 +178,7 @@ async def test_up_refuses_busy_gpus_and_launches_only_when_confirmed() -> None:
 
 @sync
 async def test_up_on_free_gpus_asks_nothing() -> None:
-    app, ctl, notes = lab_app(FakeController(with_run=False))
+    app, ctl, notes = fakes_app(FakeController(with_run=False))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("u")
         await until(pilot, lambda: any(n[0] == "Up" for n in notes))
@@ -246,7 +188,7 @@ async def test_up_on_free_gpus_asks_nothing() -> None:
 
 @sync
 async def test_a_failed_action_is_a_titled_error_with_its_cause() -> None:
-    app, ctl, notes = lab_app()
+    app, ctl, notes = fakes_app()
     ctl.fail["sync"] = failing_sync()
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("s")
@@ -259,7 +201,7 @@ async def test_a_failed_action_is_a_titled_error_with_its_cause() -> None:
 
 @sync
 async def test_down_asks_first_and_does_nothing_when_declined() -> None:
-    app, ctl, notes = lab_app()
+    app, ctl, notes = fakes_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         await pilot.press("d")
@@ -278,7 +220,7 @@ async def test_down_asks_first_and_does_nothing_when_declined() -> None:
 
 @sync
 async def test_restart_asks_then_restarts_the_selected_task() -> None:
-    app, ctl, notes = lab_app()
+    app, ctl, notes = fakes_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         table = app.query_one(TasksTable)
@@ -303,7 +245,7 @@ def _gtx970_restarted(ctl: FakeController, at_s: float) -> None:
 
 @sync
 async def test_restart_offers_to_start_a_task_lost_to_its_hosts_restart_again() -> None:
-    app, ctl, notes = lab_app()
+    app, ctl, notes = fakes_app()
     at = time.time() - 60
     _gtx970_restarted(ctl, at)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -326,7 +268,7 @@ async def test_restart_offers_to_start_a_task_lost_to_its_hosts_restart_again() 
 
 @sync
 async def test_restart_on_a_host_starts_every_task_its_restart_lost_again() -> None:
-    app, ctl, notes = lab_app()
+    app, ctl, notes = fakes_app()
     _gtx970_restarted(ctl, time.time() - 60)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
@@ -346,7 +288,7 @@ async def test_restart_on_a_host_starts_every_task_its_restart_lost_again() -> N
 @sync
 async def test_tunnel_opens_shows_its_url_and_closes() -> None:
     tunnel = FakeTunnel("http://127.0.0.1:6007")
-    app, _, _ = lab_app(tunnel=tunnel)
+    app, _, _ = fakes_app(tunnel=tunnel)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("t")
         await until(pilot, lambda: "http://127.0.0.1:6007" in screen_text(app))
@@ -357,7 +299,7 @@ async def test_tunnel_opens_shows_its_url_and_closes() -> None:
 
 @sync
 async def test_tunnel_missing_is_said_not_crashed() -> None:
-    app, _, notes = lab_app(tunnel=None)
+    app, _, notes = fakes_app(tunnel=None)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("t")
         assert notes[-1][0] == "Tunnel not available" and notes[-1][2] == "warning"
@@ -365,7 +307,7 @@ async def test_tunnel_missing_is_said_not_crashed() -> None:
 
 @sync
 async def test_help_and_quit_and_view_keys() -> None:
-    app, _, _ = lab_app()
+    app, _, _ = fakes_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
@@ -383,7 +325,7 @@ async def test_help_and_quit_and_view_keys() -> None:
 
 @sync
 async def test_quitting_mid_action_asks_first() -> None:
-    app, ctl, notes = lab_app(FakeController(delays_s={"up": 0.5}))
+    app, ctl, notes = fakes_app(FakeController(delays_s={"up": 0.5}))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("u")
         await until(pilot, lambda: bool(ctl.called("up")))
@@ -399,7 +341,7 @@ async def test_quitting_mid_action_asks_first() -> None:
 
 @sync
 async def test_narrow_terminal_collapses_hosts_and_tabs_tasks_and_logs() -> None:
-    app, _, _ = lab_app()
+    app, _, _ = fakes_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: polled(app) and "worst GPU 2" in screen_text(app))
         text = screen_text(app)
@@ -413,7 +355,7 @@ async def test_narrow_terminal_collapses_hosts_and_tabs_tasks_and_logs() -> None
 
 @sync
 async def test_focusing_a_host_filters_the_tasks_and_unfolds_it() -> None:
-    app, _, _ = lab_app()
+    app, _, _ = fakes_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: polled(app))
         cluster = app.query_one(ClusterView)
@@ -430,7 +372,7 @@ async def test_focusing_a_host_filters_the_tasks_and_unfolds_it() -> None:
 @sync
 async def test_a_slow_host_delays_nobody_and_polls_never_overlap() -> None:
     ctl = FakeController(delays_s={"old-box": 1.5})
-    app, _, _ = lab_app(ctl)
+    app, _, _ = fakes_app(ctl)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: ctl.called("host_status").count(("host_status", "titan")) >= 4)
         # titan answered four times while old-box's first poll is still in flight: asked once,
@@ -444,7 +386,7 @@ async def test_a_slow_host_delays_nobody_and_polls_never_overlap() -> None:
 @sync
 async def test_a_host_that_comes_back_is_ok_again() -> None:
     ctl = FakeController()
-    app, _, _ = lab_app(ctl)
+    app, _, _ = fakes_app(ctl)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.board.link("old-box").unreachable)
         ctl.unreachable.clear()
@@ -467,7 +409,7 @@ async def test_an_ended_job_is_closed_once_through_status() -> None:
     ctl = FakeController(unreachable={})
     ctl.tasks = {h: tuple(replace(t, state="exited", exit_code=0) if t.type == "worker" else t
                           for t in ts) for h, ts in ctl.tasks.items()}
-    app, _, _ = lab_app(ctl)
+    app, _, _ = fakes_app(ctl)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: len(ctl.called("status")) == 1)
         await pilot.pause(0.3)

@@ -7,8 +7,8 @@ import threading
 
 from textual.widgets import DataTable
 
-from tests.app.test_app import lab_app, screen_text, sync, until
 from tests.support.fakes.ui_sources import FakeController
+from tests.support.pilot import fakes_app, screen_text, sync, until
 from tfctl.tui.app.history import RunsScreen
 from tfctl.tui.app.labview import LabScreen
 
@@ -24,7 +24,7 @@ async def test_h_lists_past_runs_and_enter_opens_the_selected_runs_report() -> N
         written.append(run_id)
         return f"/tmp/runs/{run_id}/report/report.html"
 
-    app, ctl, _ = lab_app(FakeController(), reporter=reporter, opener=opened.append)
+    app, ctl, _ = fakes_app(FakeController(), reporter=reporter, opener=opened.append)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("h")
         await until(pilot, lambda: isinstance(app.screen, RunsScreen)
@@ -47,7 +47,7 @@ async def test_a_failed_report_is_said_and_the_screen_stays() -> None:
     def reporter(run_id: str) -> str:
         raise OSError("rsync: connection refused")
 
-    app, _, _ = lab_app(FakeController(), reporter=reporter, opener=lambda page: None)
+    app, _, _ = fakes_app(FakeController(), reporter=reporter, opener=lambda page: None)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("h")
         await until(pilot, lambda: isinstance(app.screen, RunsScreen)
@@ -62,7 +62,7 @@ async def test_a_failed_report_is_said_and_the_screen_stays() -> None:
 
 @sync
 async def test_L_shows_the_lab_as_tfctl_lab_does_and_r_reads_again() -> None:
-    app, ctl, _ = lab_app(FakeController())
+    app, ctl, _ = fakes_app(FakeController())
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("L")
         await until(pilot, lambda: isinstance(app.screen, LabScreen)

@@ -16,7 +16,7 @@ from tests.support.fakes.ui_sources import (
     lab_findings,
     lab_inventory,
 )
-from tests.unit.test_record_throughput import SPEED_LINES
+from tests.support.speed_lines import SPEED_LINES
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.history import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess

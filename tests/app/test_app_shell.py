@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.app.test_app import lab_app, polled, sync, until
+from tests.support.pilot import fakes_app, polled, sync, until
 from tfctl.tui.app.app import TfctlApp
 from tfctl.tui.app.widgets.cluster import ClusterView
 
@@ -33,7 +33,7 @@ async def test_x_opens_the_selected_task_then_the_host_under_the_cursor() -> Non
         log.append(f"shell {target}")
         return 3
 
-    app, _, notes = lab_app(shell=shell)
+    app, _, notes = fakes_app(shell=shell)
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: polled(app))
@@ -62,7 +62,7 @@ async def test_x_where_the_terminal_cannot_be_handed_over_says_so() -> None:
         called.append(target)
         return 0
 
-    app, _, notes = lab_app(shell=shell)
+    app, _, notes = fakes_app(shell=shell)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: polled(app))
         await pilot.press("x")
@@ -80,7 +80,7 @@ async def test_x_names_the_hosts_error_in_one_line() -> None:
 
         raise HostUnreachable("old-box", "10.0.0.9:22 unreachable: no answer within 5 s")
 
-    app, _, notes = lab_app(shell=shell)
+    app, _, notes = fakes_app(shell=shell)
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: polled(app))

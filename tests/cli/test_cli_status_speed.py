@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_record_throughput import SPEED_LINES
+from tests.support.speed_lines import SPEED_LINES
 from tfctl.remote.runs.status import RunStatus, TaskStatus
 from tfctl.tui.cli.output import status_table, task_speed
 from tfctl.tui.cli.run import _task_json

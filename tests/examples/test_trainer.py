@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.trainer import assert_whole_checkpoint_here
+
 pytestmark = [
     pytest.mark.tf,
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None
@@ -122,15 +124,6 @@ def assert_trained(train_dir: Path, result: dict[str, object], style: str) -> No
     assert Path(done["checkpoint"] + ".index").is_file()
     assert "model_checkpoint_path" in (train_dir / "ckpt" / "checkpoint").read_text()
     assert list((train_dir / "train").glob("events.out.tfevents.*"))
-
-
-def assert_whole_checkpoint_here(ckpt: Path, step: int) -> None:
-    """Every shard the checkpoint's name announces (`data-0000i-of-0000N`) is in this folder."""
-    shards = sorted(p.name for p in ckpt.glob(f"ckpt-{step}.data-*"))
-    assert shards, list(ckpt.iterdir())
-    total = int(shards[0].rsplit("-of-", 1)[1])
-    assert shards == [f"ckpt-{step}.data-{i:05d}-of-{total:05d}" for i in range(total)]
-    assert (ckpt / f"ckpt-{step}.index").is_file()
 
 
 def log_lines(log: str, prefix: str) -> list[str]:

@@ -30,9 +30,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.testbedtools import FOREVER, cmdline_of, job_dir, processes_of_run, run_id_from
+from tests.support.holders import agents, holders, wait_holders
+from tests.support.testbedtools import (
+    FOREVER,
+    cmdline_of,
+    job_dir,
+    processes_of_run,
+    run_id_from,
+    wait_until,
+)
 from tests.support.tmuxpane import Pane
-from tests.testbed.test_hold import agents, held, holders, wait_until  # noqa: F401  # held: fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_FOLDERS = ("inventory", "remote", "tui", "examples")
@@ -205,13 +212,15 @@ def steady_agents(testbed: Any) -> dict[str, set[int]]:
         time.sleep(0.5)
         after = sessions(testbed)
         return after if after == before and all(after.values()) else None
-    return wait_until(probe, "an agent session per host, steady", 30)
+    found: dict[str, set[int]] = wait_until("an agent session per host, steady", probe, 30,
+                                            every_s=0.05)
+    return found
 
 
 @pytest.mark.testbed
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_the_wheel_installed_tfctl_runs_a_job_on_the_lab(  # type: ignore[no-untyped-def]
-        testbed, wheel_venv: Path, held: dict[str, str], tmp_path: Path,  # noqa: F811
+        testbed, wheel_venv: Path, held: dict[str, str], tmp_path: Path,
         down_after) -> None:
     tfctl_program = wheel_venv / "bin" / "tfctl"
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER, hosts=list(HOSTS))
@@ -228,7 +237,7 @@ def test_the_wheel_installed_tfctl_runs_a_job_on_the_lab(  # type: ignore[no-unt
 
     run_id = run_id_from(tfctl("up"))
     assert len(processes_of_run(run_id)) == 4  # ps and worker on h1 and h2
-    [holder] = wait_until(lambda: holders(runtime), "the holder the first command left")
+    [holder] = wait_holders(runtime)  # the holder the first command left
     assert Path(cmdline_of(holder)[0]).parent == wheel_venv / "bin"  # the wheel's holder
     kept = steady_agents(testbed)
 

@@ -1,13 +1,18 @@
-"""Helpers for end-to-end tests on the lab: run the real CLI, read processes on the hosts."""
+"""Helpers for end-to-end tests on the testbed: run the real CLI (at once, or watched in its own
+session), read processes and ports on the hosts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,13 +156,110 @@ def aliased_jump_inventory(testbed: Any, tmp: Path, job: dict[str, Any], *, incl
     return inv, home
 
 
-def wait_until(what: str, check: Any, timeout_s: float) -> Any:
-    """`check()`'s first truthy answer, asked every 0.5 s; an AssertionError naming `what`
+def wait_until(what: str, check: Any, timeout_s: float, every_s: float = 0.5) -> Any:
+    """`check()`'s first truthy answer, asked every `every_s`; an AssertionError naming `what`
     once `timeout_s` has passed without one."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every_s)
+    raise AssertionError(f"no {what} within {timeout_s:g} s")
+
+
+class Watched:
+    """A tfctl command in its own session (like a terminal's foreground job), output collected."""
+
+    def __init__(self, argv: list[str], cwd: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "tfctl.tui", *argv], cwd=cwd,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(s, into), daemon=True)
+                        for s, into in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.out) + "".join(self.err)
+
+    def wait_for(self, probe: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not probe():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tfctl exited {self.proc.returncode} before {what}:\n"
+                                     f"{self.text}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout_s:g} s:\n{self.text}")
+            time.sleep(0.02)
+
+    def ctrl_c(self) -> None:
+        """What a terminal does: SIGINT to the whole foreground process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def finish(self, timeout_s: float = 90) -> int:
+        code = self.proc.wait(timeout=timeout_s)
+        for reader in self.readers:
+            reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def bound_ports(testbed: Any, ports: set[int]) -> dict[str, list[str]]:
+    found = {}
+    for host in testbed.names:
+        rows = testbed.run(host, "ss -Hltn").stdout.splitlines()
+        held = [r for r in rows if any(f":{p} " in r for p in ports)]
+        if held:
+            found[host] = held
+    return found
+
+
+def run_id_said(w: Watched) -> str | None:
+    for line in w.err:
+        if line.startswith("tfctl: run "):
+            return line.split()[2]
+    return None
+
+
+def started_tasks(run_id: str | None, kind: str) -> set[str]:
+    if run_id is None:
+        return set()
+    return {env["TFCTL_TASK"] for env in processes_of_run(run_id).values()
+            if env.get("TFCTL_TASK", "").startswith(kind)}
+
+
+def ssh_sessions(testbed: Testbed, host: str) -> list[int]:
+    """The host's sshd processes serving connections (all sshd but the listener)."""
+    listener = testbed.sshd_pid(host)
+    found = []
+    for pid in testbed.pids_in(host):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith("sshd") and pid != listener:
+            found.append(pid)
+    return found
+
+
+def kill_ssh_sessions(testbed: Testbed, host: str) -> list[int]:
+    """SIGKILL every SSH session on the host: every client connected to it sees it drop."""
+    killed = []
+    for pid in ssh_sessions(testbed, host):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed

@@ -1,9 +1,10 @@
 """A host's restart, as the agent sees it: records of an earlier boot, lost tasks started again.
 
-Run for real as in tests/testbed/test_agent.py (`python -` with the program, real task processes). A
-host restart here is what it leaves on disk: the run's records written under another boot id
-and none of their processes (the lab test, tests/testbed/test_reboot.py, restarts a host's boot for
-real). The boot readers are checked against this machine's /proc.
+Run for real as in tests/testbed/test_agent.py (tests/support/agentdriver.py: `python -` with
+the program, real task processes). A host restart here is what it leaves on disk: the run's
+records written under another boot id and none of their processes (the testbed test,
+tests/testbed/test_reboot.py, restarts a host's boot for real). The boot readers are checked
+against this machine's /proc.
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.testbed.test_agent import SLEEPER, AgentDir, call, ok, sh, tagged, wait_for
-from tests.testbed.test_agent import (
-    agent_dir as agent_dir,  # the agent tests' fixture: a workdir and cleanup
-)
+from tests.support.agentdriver import SLEEPER, AgentDir, call, ok, sh, tagged, wait_for
 from tfctl.remote.agent import boot
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.testbed.reboot import _in_sshd_mounts
-from tests.support.testbedtools import job_dir, tfctl
+from tests.support.testbedtools import job_dir, tfctl, wait_until
 
 pytestmark = pytest.mark.testbed
-
-
-def wait_until(probe: Callable[[], Any], what: str, timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := probe()):
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
-        time.sleep(0.2)
-    return value
 
 
 @pytest.fixture
@@ -79,11 +71,11 @@ def test_a_full_disk_stops_the_records_not_the_training(  # type: ignore[no-unty
     assert up.returncode == 0, up.stdout + up.stderr
     [run_dir] = [p for p in small_runs.iterdir() if p.is_dir()]
     log = run_dir / "worker-1.log"
-    wait_until(lambda: steps(log) > 5, "steps in worker:1's log")
+    wait_until("steps in worker:1's log", lambda: steps(log) > 5, 30)
     filler = fill(small_runs)
 
-    said = wait_until(lambda: (s := status(inv)) and "records stopped on h2" in s[0] and s,
-                      "records stopped in status")
+    said = wait_until("records stopped in status",
+                      lambda: (s := status(inv)) and "records stopped on h2" in s[0] and s, 30)
     text, data = said
     line = next(x for x in text.splitlines() if x.startswith("records stopped on h2"))
     assert "disk full" in line and "its tasks keep running" in line, text
@@ -98,8 +90,8 @@ def test_a_full_disk_stops_the_records_not_the_training(  # type: ignore[no-unty
     before = steps(log)
 
     filler.unlink()  # room again: the records resume, the log says what it lost
-    wait_until(lambda: "records stopped" not in status(inv)[0], "records resumed")
-    wait_until(lambda: steps(log) > before + 20, "worker:1 stepping on in its log")
+    wait_until("records resumed", lambda: "records stopped" not in status(inv)[0], 30)
+    wait_until("worker:1 stepping on in its log", lambda: steps(log) > before + 20, 30)
     text = log.read_text()
     assert "bytes of output lost: no room on the disk" in text
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -119,7 +111,7 @@ def test_a_chatty_task_s_log_is_rotated_at_its_cap(  # type: ignore[no-untyped-d
     run_dir = next(p for p in (testbed.host("h1").workdir / ".tfctl" / "runs").iterdir()
                    if p.name in up.stdout + up.stderr)
     log, older = run_dir / "worker-0.log", run_dir / "worker-0.log.1"
-    wait_until(lambda: "line 0030000" in log.read_text(errors="replace"), "the last line")
+    wait_until("the last line", lambda: "line 0030000" in log.read_text(errors="replace"), 30)
     cap = 256 << 10
     assert log.stat().st_size <= cap and older.stat().st_size <= cap
     assert "line 0000001" not in older.read_text() + log.read_text()  # the oldest dropped
@@ -160,15 +152,15 @@ def test_the_job_ends_on_a_full_host_and_is_recorded_once_there_is_room(  # type
     ps1 = next(t["pid"] for t in data["tasks"] if t["name"] == "ps:1")
     filler = fill(small_runs)
     try:
-        wait_until(lambda: not alive(ps1), "h2's ps:1 stopped at the job's end", 90)
+        wait_until("h2's ps:1 stopped at the job's end", lambda: not alive(ps1), 90)
     except AssertionError as exc:
         files = {p.name: p.stat().st_size for p in run_dir.iterdir()}
         raise AssertionError(f"{exc}; on h2: {files}\n{(run_dir / 'watch.log').read_text()}"
                              ) from None
     assert not (run_dir / "finished.json").exists()  # no room for it yet
     filler.unlink()
-    wait_until(lambda: (run_dir / "finished.json").exists(), "h2's end recorded", 30)
+    wait_until("h2's end recorded", lambda: (run_dir / "finished.json").exists(), 30)
     assert json.loads((run_dir / "finished.json").read_text())["status"]["state"] == "finished"
-    wait_until(lambda: (run_dir / "ps-1.exit.json").exists(), "ps:1's exit recorded", 30)
+    wait_until("ps:1's exit recorded", lambda: (run_dir / "ps-1.exit.json").exists(), 30)
     _, data = status(inv)
     assert {t["name"]: t["state"] for t in data["tasks"]}["ps:1"] == "stopped"

@@ -7,15 +7,11 @@ user when its CUDA_VISIBLE_DEVICES names the GPU, so a `sleep` with a mask plays
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import NVIDIA_SMI_STANDIN
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import FOREVER, job_dir, processes_of_run, tfctl
 
@@ -23,25 +19,14 @@ from tests.support.testbedtools import FOREVER, job_dir, processes_of_run, tfctl
 @pytest.fixture
 def box(testbed: Testbed) -> Iterator[Testbed]:
     """h1 with four stand-in GPUs."""
-    config = testbed.host("h1").dir / "busy-gpus.json"
-    config.write_text(json.dumps({"host": "h1", "gpus": [{}, {}, {}, {}]}))
-    testbed.write_tool("h1", "nvidia-smi", f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={config}\n"
-                                       f"exec {sys.executable} {NVIDIA_SMI_STANDIN} \"$@\"\n")
+    testbed.standin_gpus("h1", 4)
     yield testbed
     testbed.remove_from_path("h1", "nvidia-smi")
 
 
-@pytest.fixture
-def colleague(box: Testbed) -> Iterator[int]:
-    """Someone's process on h1's GPU 0 (started inside h1, as its own session)."""
-    pid = int(box.run("h1", "CUDA_VISIBLE_DEVICES=0 setsid sleep 300 </dev/null "
-                            ">/dev/null 2>&1 & echo $!").stdout)
-    yield pid
-    os.kill(pid, signal.SIGKILL)
-
-
 def test_free_gpus_are_planned_now_and_taken_at_up(box: Testbed, tmp_path: Path,
-                                                    colleague: int) -> None:
+                                                    stranger: Callable[..., int]) -> None:
+    colleague = stranger("h1", 0)
     inv = box.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER, hosts=["h1"],
                               ps={"h1": 1}, host_fields={"h1": {"gpus": "free"}})
     greedy = box.write_inventory(tmp_path / "greedy" / "cluster.yaml", FOREVER, hosts=["h1"],

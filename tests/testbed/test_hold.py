@@ -13,83 +13,34 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.testbedtools import aliased_jump_inventory, job_dir, processes_of_run, tfctl
-from tests.testbed.test_interrupts import Watched, bound_ports, run_id_said, started_tasks
+from tests.support.holders import (
+    agents,
+    holders,
+    wait_holders,
+    wait_sessions,
+    wait_sessions_gone,
+)
+from tests.support.testbedtools import (
+    Watched,
+    aliased_jump_inventory,
+    bound_ports,
+    job_dir,
+    processes_of_run,
+    run_id_said,
+    started_tasks,
+    tfctl,
+    wait_until,
+)
 
 pytestmark = pytest.mark.testbed
-HOLDER = "tfctl.remote.connect.hold.holder"
-
-
-def wait_until(probe: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s:g} s")
-        time.sleep(0.05)
-    return value
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def holders(runtime: Path) -> list[int]:
-    """The holder processes whose socket is in `runtime`."""
-    return [int(e) for e in os.listdir("/proc") if e.isdigit()
-            and HOLDER in (c := _cmdline(int(e))) and str(runtime) in c]
-
-
-def _parent_is_sshd(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
-        return Path(f"/proc/{parent}/comm").read_text().strip() == "sshd"
-    except (OSError, ValueError):
-        return False
-
-
-def agents(testbed: Any) -> dict[str, set[int]]:
-    """host → the pids of the agent sessions there (`python -S -c BOOT agent_…` under an SSH
-    session; the run's supervisors and watcher, forked from an agent, are not sessions)."""
-    return {h: {p for p in testbed.pids_in(h) if "/.tfctl/agent/agent_" in _cmdline(p)
-                and " -S -c " in _cmdline(p) and _parent_is_sshd(p)} for h in testbed.names}
-
-
-def one_per_host(testbed: Any) -> Callable[[], dict[str, set[int]] | None]:
-    def probe() -> dict[str, set[int]] | None:
-        found = agents(testbed)
-        return found if all(found.values()) else None
-    return probe
-
-
-@pytest.fixture
-def held() -> Iterator[dict[str, str]]:
-    """The environment of commands that keep their connections 30 s, with a socket folder of
-    their own; whatever holder they started is ended afterwards."""
-    if os.environ.get("TFCTL_PERSIST", "0") != "0":  # the suite keeps connections too
-        # (TFCTL_TEST_PERSIST): its holder's agents on the lab hosts would count as this test's
-        subprocess.run([sys.executable, "-m", "tfctl.tui", "disconnect"], check=True,
-                       capture_output=True, timeout=60)
-    runtime = Path(tempfile.mkdtemp(prefix="tfh-", dir="/tmp"))  # short: a socket path ≤ 107
-    yield {"TFCTL_PERSIST": "30", "XDG_RUNTIME_DIR": str(runtime)}
-    for pid in holders(runtime):
-        os.kill(pid, signal.SIGTERM)
-    wait_until(lambda: not holders(runtime), "holder gone after SIGTERM", 10)
-    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def light(testbed: Any, tmp_path: Path, **job: Any) -> Path:
@@ -109,8 +60,8 @@ def test_the_commands_after_the_first_borrow_its_agent_sessions(  # type: ignore
     down_after.append(inv)
     runtime = Path(held["XDG_RUNTIME_DIR"])
     ok(tfctl(inv, "runs", env=held))  # starts the holder, and opens its sessions through it
-    [holder] = wait_until(lambda: holders(runtime), "holder")
-    kept = wait_until(one_per_host(testbed), "an agent session per host in the holder")
+    [holder] = wait_holders(runtime)
+    kept = wait_sessions(testbed)
     said = ok(tfctl(inv, "up", env=held))
     run_id = said.split("run ", 1)[1].split()[0]
     assert agents(testbed) == kept, "up started agents of its own instead of borrowing"
@@ -175,12 +126,11 @@ def test_the_holder_ends_its_sessions_after_the_persist_time(  # type: ignore[no
     runtime = Path(held["XDG_RUNTIME_DIR"])
     ok(tfctl(inv, "runs", env=dict(held, TFCTL_PERSIST="2")))
     ran_at = time.monotonic()  # its 2 s count from the end of the command that started it
-    wait_until(lambda: holders(runtime), "holder")
-    kept = wait_until(one_per_host(testbed), "an agent session per host in the holder")
-    wait_until(lambda: not holders(runtime), "holder exit", 15)
+    wait_holders(runtime)
+    kept = wait_sessions(testbed)
+    wait_until("the holder's exit", lambda: not holders(runtime), 15, every_s=0.05)
     assert time.monotonic() - ran_at >= 2.0  # it kept them its persist time, then went
-    wait_until(lambda: not any(agents(testbed)[h] & kept[h] for h in testbed.names),
-               "its agents gone from the hosts", 10)
+    wait_sessions_gone(testbed, kept)
     assert not list(runtime.rglob("*.sock"))
 
 
@@ -194,8 +144,8 @@ def test_a_connection_kept_under_accept_new_is_not_lent_to_a_strict_command(  # 
     runtime = Path(held["XDG_RUNTIME_DIR"])
     ok(tfctl(inv, "runs", "--accept-new-host-keys", env=held))
     assert known.read_text().count("\n") >= len(testbed.names)
-    wait_until(lambda: holders(runtime), "holder")
-    wait_until(one_per_host(testbed), "an agent session per host in the holder")
+    wait_holders(runtime)
+    wait_sessions(testbed)
     known.write_text("")  # the keys forgotten: a strict command must not get the kept links
     said = ok(tfctl(inv, "runs", env=held))  # `runs` lists what it can, and says why not
     for host in testbed.hosts:
@@ -210,7 +160,7 @@ def test_a_cut_host_is_named_and_reconnected_after_its_heal(  # type: ignore[no-
     inv = light(testbed, tmp_path)
     env = dict(held, TFCTL_CONNECT_TIMEOUT="2")
     ok(tfctl(inv, "runs", env=env))
-    wait_until(one_per_host(testbed), "an agent session per host in the holder")
+    wait_sessions(testbed)
     testbed.cut("h3")
     cut = ok(tfctl(inv, "runs", env=env, timeout=60))  # it lists what it can, says why not
     assert "h3: no answer within 2 s" in cut, cut
@@ -224,7 +174,7 @@ def test_ctrl_c_while_workers_start_leaves_nothing_of_the_run(  # type: ignore[n
     for key, value in held.items():
         monkeypatch.setenv(key, value)
     ok(tfctl(inv, "runs"))
-    kept = wait_until(one_per_host(testbed), "an agent session per host in the holder")
+    kept = wait_sessions(testbed)
     w = Watched(["-i", str(inv), "up"], inv.parent)
     try:
         w.wait_for(lambda: len(started_tasks(run_id_said(w), "worker")) == 3, "three workers")
@@ -250,8 +200,8 @@ def test_only_the_holders_user_reaches_its_socket(  # type: ignore[no-untyped-de
     inv = light(testbed, tmp_path)
     runtime = Path(held["XDG_RUNTIME_DIR"])
     ok(tfctl(inv, "runs", env=held))
-    wait_until(lambda: holders(runtime), "holder")
-    [sock] = wait_until(lambda: list(runtime.rglob("*.sock")), "socket")
+    wait_holders(runtime)
+    [sock] = wait_until("a socket", lambda: list(runtime.rglob("*.sock")), 20, every_s=0.05)
     assert sock.stat().st_mode & 0o777 == 0o600
     assert sock.parent.stat().st_mode & 0o777 == 0o700
     for folder in (runtime, sock.parent):  # the way open: the socket itself stays the user's
@@ -271,14 +221,13 @@ def test_disconnect_closes_the_kept_connections_now(  # type: ignore[no-untyped-
     runtime = Path(held["XDG_RUNTIME_DIR"])
     assert "nothing to close" in ok(tfctl(inv, "disconnect", env=held))
     ok(tfctl(inv, "runs", env=held))
-    [holder] = wait_until(lambda: holders(runtime), "holder")
-    kept = wait_until(one_per_host(testbed), "an agent session per host in the holder")
+    [holder] = wait_holders(runtime)
+    kept = wait_sessions(testbed)
     said = ok(tfctl(inv, "disconnect", env=held))
     assert f"closed 3 kept connection(s) and 3 idle agent session(s) (holder pid {holder})" \
         in said
     assert holders(runtime) == []  # it returned once the holder had gone
-    wait_until(lambda: not any(agents(testbed)[h] & kept[h] for h in testbed.names),
-               "its agents gone from the hosts", 10)
+    wait_sessions_gone(testbed, kept)
 
 
 def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignore[no-untyped-def]
@@ -298,7 +247,7 @@ def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignor
     monkeypatch.setattr(borrow, "_path", [])  # this test's socket folder
     inv = light(testbed, tmp_path)
     ok(tfctl(inv, "runs"))
-    wait_until(one_per_host(testbed), "an agent session per host in the holder")
+    wait_sessions(testbed)
     host = load_inventory(inv).host("h1")
     t = borrow.HeldTransport(host, SshOptions(persist_s=30))
     command = agentclient.agent_command(host.python, host.workdir)
@@ -326,8 +275,9 @@ def test_a_host_behind_a_jump_host_is_kept_through_it(  # type: ignore[no-untype
     h1 = testbed.host("h1")
     env = dict(held, HOME=str(home))
     ok(tfctl(inv, "runs", env=env))
-    kept = wait_until(lambda: (a := agents(testbed)) and a["h1"] and a["h2"] and a,
-                      "an agent session on h1 and h2 in the holder")
+    kept = wait_until("an agent session on h1 and h2 in the holder",
+                      lambda: (a := agents(testbed)) and a["h1"] and a["h2"] and a, 20,
+                      every_s=0.05)
     ok(tfctl(inv, "runs", env=env))
     assert {h: agents(testbed)[h] for h in ("h1", "h2")} == {h: kept[h] for h in ("h1", "h2")}
     if testbed.isolated:  # h2's kept session came through h1

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from tests.support.testbedtools import job_dir, processes_of_run, run_id_from, tfctl
-from tests.testbed.test_gpu_busy import gpu_lab  # noqa: F401  # the fixture
 
 JOB = {"script": "job.py", "style": "flags", "args": ["--steps=20"]}  # ~4 s
 
@@ -29,9 +28,9 @@ def _watcher_alive(run_dir: Path) -> bool:
         return False
 
 
-def test_gpu_samples_owners_and_events_are_recorded(gpu_lab, tmp_path: Path,  # noqa: F811
+def test_gpu_samples_owners_and_events_are_recorded(gpu_testbed, tmp_path: Path,
                                                     down_after) -> None:  # type: ignore[no-untyped-def]
-    testbed = gpu_lab
+    testbed = gpu_testbed
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB, hosts=["h1", "h2"],
                               gpus={"h1": [0, 1], "h2": [0]}, ps={"h1": 1, "h2": 0})
     down_after.append(inv)

@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import NVIDIA_SMI_STANDIN
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import HERE, processes_of_run, run_id_from, tfctl
 
@@ -32,14 +30,7 @@ JOB = {"script": "job.py", "strategy": "flags", "workers": "per_host",
 def _four_gpus(testbed: Testbed, env: str = "", **config: str) -> Iterator[Testbed]:
     """h1's nvidia-smi: the stand-in with four GPUs (`config`: e.g. the driver it plays;
     `env`: shell lines exported before it runs, e.g. a failure)."""
-    path = testbed.host("h1").dir / "four-gpus.json"
-    path.write_text(json.dumps({"host": "h1", "gpus": [{}, {}, {}, {}], **config}))
-    testbed.write_tool(
-        "h1",
-        "nvidia-smi",
-        f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={path}\n{env}"
-        f'exec {sys.executable} {NVIDIA_SMI_STANDIN} "$@"\n',
-    )
+    testbed.standin_gpus("h1", 4, env, **config)
     yield testbed
     testbed.remove_from_path("h1", "nvidia-smi")
 

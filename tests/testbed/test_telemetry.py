@@ -378,25 +378,7 @@ def test_tfctl_gpus_is_headless(bench: Bench) -> None:
 
 # -- on the SSH lab: real sshd hosts, the stand-in on their PATH ----------------------------------
 
-LAB_GPUS = {"h1": 2, "h2": 2}  # h3 has no nvidia-smi at all (a CPU-only box)
 FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
-
-
-@pytest.fixture
-def gpu_lab(testbed: Testbed) -> Iterator[Testbed]:
-    """The lab with the stand-in as `nvidia-smi` on h1 (2 GPUs) and h2 (2 GPUs)."""
-    for name, count in LAB_GPUS.items():
-        config = testbed.host(name).dir / "gpus.json"
-        config.write_text(json.dumps({"host": name, "gpus": [{}] * count}))
-        testbed.write_tool(
-            name,
-            "nvidia-smi",
-            f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={config}\n"
-            f'exec {sys.executable} {NVIDIA_SMI_STANDIN} "$@"\n',
-        )
-    yield testbed
-    for name in LAB_GPUS:
-        testbed.remove_from_path(name, "nvidia-smi")
 
 
 def lab_inventory(testbed: Testbed, tmp: Path) -> Path:
@@ -430,14 +412,13 @@ def parent_of(pid: int) -> int:
 
 
 @pytest.mark.testbed
-def test_lab_gpus_json_owners_during_a_run(gpu_lab: Testbed, tmp_path: Path) -> None:
-    inv = lab_inventory(gpu_lab, tmp_path)
+def test_lab_gpus_json_owners_during_a_run(gpu_testbed: Testbed, tmp_path: Path,
+                                           stranger: Callable[..., int]) -> None:
+    inv = lab_inventory(gpu_testbed, tmp_path)
     up = tfctl(inv, "up", timeout=240)
-    stranger = None
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        stranger = int(gpu_lab.run("h2", "CUDA_VISIBLE_DEVICES=1 setsid sleep 300 "
-                                         "</dev/null >/dev/null 2>&1 & echo $!").stdout)
+        holder = stranger("h2", 1)
         status = json.loads(tfctl(inv, "status", "--json").stdout)
         workers = [t for t in status["tasks"] if t["name"].startswith("worker:") and t["mask"]]
         assert len(workers) == 3  # h3's worker is CPU-only
@@ -450,17 +431,16 @@ def test_lab_gpus_json_owners_during_a_run(gpu_lab: Testbed, tmp_path: Path) -> 
             assert (row["owner"], row["owner_kind"]) == (worker["name"], "task"), row
         foreign = rows[("h2", 1)]
         assert foreign["owner_kind"] == "foreign"
-        assert [(f["pid"], f["user"]) for f in foreign["foreign"]] == [(stranger, gpu_lab.user)]
+        assert [(f["pid"], f["user"]) for f in foreign["foreign"]] == [(holder, gpu_testbed.user)]
         assert (rows[("h3", None)]["state"], rows[("h3", None)]["uuid"]) == ("no_gpus", None)
     finally:
-        if stranger is not None:
-            os.kill(stranger, signal.SIGKILL)
         tfctl(inv, "down", "--grace", "1")
 
 
 @pytest.mark.testbed
-def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_lab: Testbed, tmp_path: Path) -> None:
-    fleet = Fleet(load_inventory(lab_inventory(gpu_lab, tmp_path)))
+def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_testbed: Testbed,
+                                                         tmp_path: Path) -> None:
+    fleet = Fleet(load_inventory(lab_inventory(gpu_testbed, tmp_path)))
     hub = TelemetryHub(fleet, interval_ms=300, backoff_s=1.0)
     hub.start()
     try:
@@ -469,7 +449,7 @@ def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_lab: Testbed, tmp_p
 
         wait_for(lambda: ok("h1") and ok("h2"), what="both GPU hosts")
         assert hub.snapshot("h3").state(hub.clock()) is TelemetryState.NO_GPUS
-        loop = wait_for(lambda: stream_on(gpu_lab, "h1"), what="h1's nvidia-smi loop")
+        loop = wait_for(lambda: stream_on(gpu_testbed, "h1"), what="h1's nvidia-smi loop")
         assert loop is not None
         session = parent_of(loop)
         os.kill(session, signal.SIGKILL)  # the sshd process serving the channel
@@ -479,16 +459,16 @@ def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_lab: Testbed, tmp_p
         blocks = hub.info("h1").blocks
         wait_for(lambda: ok("h1") and hub.info("h1").blocks > blocks, what="h1 recovered")
         assert hub.info("h1").restarts == 1
-        assert stream_on(gpu_lab, "h1") not in (None, loop)
+        assert stream_on(gpu_testbed, "h1") not in (None, loop)
     finally:
         hub.stop()
         fleet.close()
 
 
 @pytest.mark.testbed
-def test_lab_cut_link_goes_stale_then_recovers(gpu_lab: Testbed, isolated_testbed: Testbed,
+def test_lab_cut_link_goes_stale_then_recovers(gpu_testbed: Testbed, isolated_testbed: Testbed,
                                                tmp_path: Path) -> None:
-    fleet = Fleet(load_inventory(lab_inventory(gpu_lab, tmp_path)))
+    fleet = Fleet(load_inventory(lab_inventory(gpu_testbed, tmp_path)))
     hub = TelemetryHub(fleet, interval_ms=300, backoff_s=0.5, max_backoff_s=2.0, silence_s=2.0)
     hub.start()
     try:

@@ -21,16 +21,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.httpget import get, get_eventually
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import (
     environ_of,
     job_dir,
+    kill_ssh_sessions,
     processes_of_run,
     run_id_from,
     status_json,
     tfctl,
+    wait_until,
 )
-from tests.testbed.test_tunnel import get, get_eventually, kill_ssh_sessions, wait_for
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(600)]
 
@@ -211,13 +213,13 @@ def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
                                      rf"{local_port}$"), 5)
         status, page = get_eventually(url, 30)
         assert status == 200 and b"<html" in page.lower()
-        wait_for(lambda: {"train", "eval"} <= set(_runs(url)), 240,
-                 "TensorBoard lists both the train and the eval run")
+        wait_until("TensorBoard lists both the train and the eval run",
+                   lambda: {"train", "eval"} <= set(_runs(url)), 240, every_s=0.2)
 
         assert kill_ssh_sessions(testbed, "h1"), "the tunnel's SSH session on h1"
         assert get_eventually(url, 60)[0] == 200
         assert cli.proc.poll() is None  # the same process, never restarted
-        wait_for(lambda: "reconnected to h1" in cli.output, 10, "the reconnect said")
+        wait_until("the reconnect said", lambda: "reconnected to h1" in cli.output, 10, every_s=0.2)
         assert "lost" in cli.output
         assert cli.interrupt() == 0, cli.output
     finally:
@@ -253,7 +255,8 @@ def test_tf_config_evaluator_is_outside_the_cluster_and_scores(testbed: Testbed,
             task = next(t for t in status_json(inv)["tasks"] if t["name"] == "evaluator:0")
             return f"{task['state']} {task['exit_code']}"
 
-        wait_for(lambda: evaluator_state() != "running None", 120, "the evaluator finished")
+        wait_until("the evaluator finished",
+                   lambda: evaluator_state() != "running None", 120, every_s=0.2)
         assert evaluator_state() == "exited 0"
         logs = tfctl(inv, "logs", "evaluator:0", "-n", "50").stdout
         assert "eval finished: scored the final checkpoint (step 30)" in logs

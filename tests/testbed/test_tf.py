@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.examples.test_trainer import assert_whole_checkpoint_here
 from tests.support.testbedtools import (
     aliased_jump_inventory,
     environ_of,
@@ -22,6 +21,7 @@ from tests.support.testbedtools import (
     run_id_from,
     tfctl,
 )
+from tests.support.trainer import assert_whole_checkpoint_here
 
 pytestmark = [pytest.mark.testbed, pytest.mark.tf]
 

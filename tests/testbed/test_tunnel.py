@@ -11,21 +11,22 @@ import contextlib
 import functools
 import http.server
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.httpget import get, get_eventually
+from tests.support.testbed.layout import free_port
 from tests.support.testbed.testbed import Testbed
+from tests.support.testbedtools import kill_ssh_sessions, ssh_sessions, wait_until
 from tfctl.inventory.load import load_inventory
 from tfctl.inventory.model import Host
 from tfctl.remote.connect.fleet import Fleet
@@ -46,13 +47,6 @@ def local_host() -> Host:
 
 def local_factory(_host: str) -> Transport:
     return LocalTransport(local_host())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
@@ -101,60 +95,11 @@ def echo_server() -> Iterator[int]:
         listener.close()
 
 
-def get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
-        return answer.status, answer.read()
-
-
-def get_eventually(url: str, within_s: float) -> tuple[int, bytes]:
-    """GET until it answers (a browser retries the same way); the last error if it never does."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            return get(url, timeout=5.0)
-        except (OSError, urllib.error.URLError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
 def listening_addresses(port: int) -> list[str]:
     """Local addresses of this namespace's LISTEN sockets on `port` (from `ss`)."""
     out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True,
                          check=True).stdout
     return [line.split()[3] for line in out.splitlines() if line.strip()]
-
-
-def wait_for(predicate: Callable[[], bool], within_s: float, what: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s:g} s: {what}")
-        time.sleep(0.2)
-
-
-def ssh_sessions(testbed: Testbed, host: str) -> list[int]:
-    """The host's sshd processes serving connections (all sshd but the listener)."""
-    listener = testbed.sshd_pid(host)
-    found = []
-    for pid in testbed.pids_in(host):
-        try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            continue
-        if comm.startswith("sshd") and pid != listener:
-            found.append(pid)
-    return found
-
-
-def kill_ssh_sessions(testbed: Testbed, host: str) -> list[int]:
-    """SIGKILL every SSH session on the host: every client connected to it sees it drop."""
-    killed = []
-    for pid in ssh_sessions(testbed, host):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-    return killed
 
 
 # ---------------------------------------------------------------- local transport
@@ -242,7 +187,8 @@ def test_nothing_listening_is_said_and_the_tunnel_stays_up(tmp_path: Path) -> No
         assert tunnel.probe() is not None and "does not answer" in (tunnel.probe() or "")
         with pytest.raises((OSError, urllib.error.URLError)):
             get(f"{tunnel.url}ok", timeout=5)
-        wait_for(lambda: any("does not answer" in s for s in said), 5, "a message said")
+        wait_until("a message said",
+                   lambda: any("does not answer" in s for s in said), 5, every_s=0.2)
         # TensorBoard starts later on that port: the same tunnel now answers.
         server = http.server.ThreadingHTTPServer(
             ("127.0.0.1", dead_port), functools.partial(_QuietHandler, directory=str(tmp_path)))
@@ -282,8 +228,9 @@ def web_on_h1(testbed: Testbed, tmp_path: Path) -> Iterator[int]:
         argv = ["ip", "netns", "exec", namespace, *argv]
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: bool(testbed.run("h1", f"ss -Hltn 'sport = :{port}'").stdout.strip()), 10,
-                 "the web server on h1 listens")
+        wait_until("the web server on h1 listens",
+                   lambda: bool(testbed.run("h1", f"ss -Hltn 'sport = :{port}'").stdout.strip()),
+                   10, every_s=0.2)
         yield port
     finally:
         server.kill()
@@ -324,7 +271,8 @@ def test_reconnects_after_the_ssh_session_is_killed(testbed: Testbed, tmp_path: 
                                                    say=said.append, keepalive_s=1.0) as tunnel:
         assert get(tunnel.url or "")[0] == 200
         assert kill_ssh_sessions(testbed, "h1")
-        wait_for(lambda: tunnel.reconnects >= 1, 30, "the tunnel reconnected by itself")
+        wait_until("the tunnel reconnected by itself",
+                   lambda: tunnel.reconnects >= 1, 30, every_s=0.2)
         assert get_eventually(tunnel.url or "", 30) == (200, b"<h1>on h1</h1>")
         assert any("lost" in s for s in said) and any("reconnected" in s for s in said)
 
@@ -339,7 +287,8 @@ def test_answers_again_after_the_host_is_cut_and_healed(healed: Testbed, tmp_pat
                        dead_after_s=2.0) as tunnel:
         assert get(tunnel.url or "")[0] == 200
         testbed.cut("h1")
-        wait_for(lambda: tunnel.state == "reconnecting", 20, "the silent link noticed")
+        wait_until("the silent link noticed",
+                   lambda: tunnel.state == "reconnecting", 20, every_s=0.2)
         testbed.heal("h1")
         assert get_eventually(tunnel.url or "", 40) == (200, b"<h1>on h1</h1>")
         assert tunnel.state == "up" and tunnel.reconnects >= 1

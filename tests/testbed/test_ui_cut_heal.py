@@ -4,10 +4,11 @@ What the dashboard must say while h2 is cut off (what is known, and how old it i
 "unreachable since T (no answer for N s)" on h2's line, never an error quoting a command line;
 h2's task not "running" but "unknown", its last line marked "[stale since T]"; h2's GPU "stale
 since T", never "foreign" (the GPU's process is our worker, whose host could just not be
-asked). After `lab.heal` everything reads normal again with no key pressed.
+asked). After `testbed.heal` everything reads normal again with no key pressed.
 
-The GPUs are the test-only nvidia-smi stand-in's (tests/support/fakes), set up by the `gpu_lab`
-fixture of tests/testbed/test_gpu_busy.py; `tfctl status` during the cut is checked at the end.
+The GPUs are the test-only nvidia-smi stand-in's (tests/support/fakes), set up by the
+`gpu_testbed` fixture (tests/support/testbed/fixtures.py); `tfctl status` during the cut is
+checked at the end.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import pytest
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import FOREVER, job_dir, run_id_from, tfctl
 from tests.support.tmuxpane import Pane
-from tests.testbed.test_gpu_busy import gpu_lab  # noqa: F401  # the fixture
 
 pytestmark = [pytest.mark.testbed,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -60,13 +60,13 @@ def false_alarm(screen: str) -> str | None:
 
 
 def test_cut_host_reads_unreachable_stale_not_foreign_then_heals(
-        gpu_lab: Testbed, tmp_path: Path) -> None:  # noqa: F811
-    if not gpu_lab.isolated:
+        gpu_testbed: Testbed, tmp_path: Path) -> None:
+    if not gpu_testbed.isolated:
         pytest.skip("needs the network-namespace lab (root and `ip netns`)")
-    inv = gpu_lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER,
-                                  hosts=["h1", "h2"], gpus={"h1": [0], "h2": [0]},
-                                  ps={"h1": 1, "h2": 0})
-    h2 = gpu_lab.address("h2")
+    inv = gpu_testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER,
+                                      hosts=["h1", "h2"], gpus={"h1": [0], "h2": [0]},
+                                      ps={"h1": 1, "h2": 0})
+    h2 = gpu_testbed.address("h2")
     pane: Pane | None = None
     try:
         up = tfctl(inv, "up")
@@ -82,7 +82,7 @@ def test_cut_host_reads_unreachable_stale_not_foreign_then_heals(
 
         pane.wait("the run shown, worker:1 on h2's GPU", normal, timeout_s=90)
 
-        gpu_lab.cut("h2")
+        gpu_testbed.cut("h2")
         cut_at = time.monotonic()
 
         def cut_shown(screen: str) -> bool:
@@ -118,11 +118,11 @@ def test_cut_host_reads_unreachable_stale_not_foreign_then_heals(
         assert all(r["unreachable_since"] for r in rows if r["host"] == "h2")
         assert "unreachable since" in asked["gpus",].result().stdout
 
-        gpu_lab.heal("h2")
+        gpu_testbed.heal("h2")
         pane.wait("h2 normal again after the heal", lambda s: normal(s) and "unreachable"
                   not in s and "stale" not in s, timeout_s=90, never=false_alarm)
     finally:
         if pane is not None:
             pane.close()
-        gpu_lab.heal("h2")
+        gpu_testbed.heal("h2")
         tfctl(inv, "down", "--grace", "1")

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.testbed.test_agent import AgentDir, free_port, ok, sh, wait_for
+from tests.support.agentdriver import AgentDir, ok, sh, wait_for
+from tests.support.testbed.layout import free_port
 from tfctl.remote.agent.watch import (
     OPEN,
     REFUSED,
@@ -171,15 +172,6 @@ def test_the_deciders_ports_are_probed_at_once() -> None:
 
 
 # ---------------------------------------------------------------- a real watcher
-
-@pytest.fixture
-def agent_dir(tmp_path: Path) -> Iterator[AgentDir]:
-    the_dir = AgentDir(tmp_path)
-    try:
-        yield the_dir
-    finally:
-        the_dir.cleanup()
-
 
 def _end_rule(port: int, window_s: float) -> dict[str, Any]:
     return {"mode": "any", "serving": ["ps"], "start_timeout_s": 0.0,

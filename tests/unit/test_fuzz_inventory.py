@@ -3,7 +3,8 @@
 Properties checked on every generated example:
 1. The loader raises nothing but `InventoryError`, and every error is located: it has a line,
    and that line is where the key it names sits in the file (or, for a key that is missing, its
-   nearest parent) — computed here by an independent walk over PyYAML's node marks.
+   nearest parent) — computed by an independent walk over PyYAML's node marks
+   (tests/support/inventory_oracle.py).
 2. The CLI (in-process through click's CliRunner, for speed) exits 0 when the file is valid and
    2 otherwise, printing exactly one line, `error: ` + that located message, and no traceback.
 3. Command lines with any mistake (unknown command or option, a value of the wrong type, a
@@ -25,10 +26,10 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.support.inventory_oracle import assert_cli_agrees, cli, expected_line, key_lines
 from tfctl.inventory import InventoryError, load_inventory
 from tfctl.inventory.schema import (
     DefaultsSpec,
@@ -39,7 +40,6 @@ from tfctl.inventory.schema import (
     RestartSpec,
     SyncSpec,
 )
-from tfctl.tui.cli.main import main
 
 FUZZ = settings(max_examples=250, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -180,42 +180,7 @@ def mutate(data: st.DataObject, doc: dict[str, Any]) -> tuple[Any, list[str]]:
     return doc, done
 
 
-# ---------------------------------------------------------------- independent oracle
-
-def key_lines(text: str) -> dict[str, int]:
-    """Formatted key path (`hosts[1].gpus`) → 1-based line of its key (list items: the item)."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    lines: dict[str, int] = {}
-    loader = yaml.SafeLoader("")
-
-    def walk(node: yaml.Node, path: str) -> None:
-        lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = str(loader.construct_object(key_node, deep=True))
-                child = f"{path}.{key}" if path else key
-                lines.setdefault(child, key_node.start_mark.line + 1)
-                walk(value_node, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, f"{path}[{i}]")
-
-    if root is not None:
-        walk(root, "")
-    return lines
-
-
-def expected_line(key_path: str, lines: dict[str, int]) -> int:
-    """The line of `key_path`, or of its longest prefix present in the file."""
-    if key_path in lines:
-        return lines[key_path]
-    best = ""
-    for path in lines:
-        if path and key_path.startswith(path) and key_path[len(path)] in ".[" \
-                and len(path) > len(best):
-            best = path
-    return lines[best]
-
+# ---------------------------------------------------------------- the texts
 
 def line_count(text: str) -> int:
     """Lines as YAML counts them (it also breaks lines at \\r, NEL and U+2028/9)."""
@@ -226,20 +191,11 @@ def dump(doc: Any) -> str:
     return yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)
 
 
-# ---------------------------------------------------------------- running the CLI in-process
+# ---------------------------------------------------------------- loading
 
 @pytest.fixture(scope="module")
 def fuzz_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
-
-
-def cli(*argv: str) -> Any:
-    result = CliRunner().invoke(main, list(argv), catch_exceptions=True)
-    exc = result.exception
-    assert exc is None or isinstance(exc, SystemExit), (
-        f"traceback for {argv!r}: {exc!r}\n{result.output}")
-    assert "Traceback" not in result.output, result.output
-    return result
 
 
 def load_outcome(path: Path) -> InventoryError | None:
@@ -248,20 +204,6 @@ def load_outcome(path: Path) -> InventoryError | None:
     except InventoryError as exc:
         return exc
     return None  # any other exception fails the test with its traceback
-
-
-def assert_cli_agrees(path: Path, error: InventoryError | None) -> None:
-    event("valid" if error is None else f"refused: {error.message[:28]}")
-    result = cli("-i", str(path), "plan", "--json")
-    if error is None:
-        assert result.exit_code == 0, result.output
-        return
-    assert result.exit_code == 2, result.output
-    assert result.stderr == f"error: {error}\n"
-    assert str(error).startswith(f"{path}:{error.line}:" if error.line else f"{path}:")
-    if error.key_path:
-        assert f": {error.key_path}: " in str(error)
-    assert "\n" not in str(error).replace(error.key_path, ""), str(error)
 
 
 # ---------------------------------------------------------------- properties

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.support.fakes import NVIDIA_SMI_STANDIN
-from tests.unit.test_nvsmi import HELP_GPU_SECTIONS, Section, section_id
+from tests.support.nvsmi_captures import Section, section_id, sections_of
 from tfctl.remote.agent.nvfields import (
     NVSMI_GPU_PROPERTIES,
     NVSMI_RECORD_ATTRS,
@@ -34,7 +34,7 @@ def test_the_client_reads_the_agents_vocabulary() -> None:
         nvsmi.WANTED_GPU_FIELDS
 
 
-@pytest.mark.parametrize("section", HELP_GPU_SECTIONS, ids=section_id)
+@pytest.mark.parametrize("section", sections_of("nvidia-smi --help-query-gpu"), ids=section_id)
 def test_newer_drivers_list_both_spellings_and_get_the_new_one(section: Section) -> None:
     known = nvsmi_help_names(section.body)
     assert {"clocks_event_reasons.active", "clocks_throttle_reasons.active"} <= known

@@ -7,12 +7,14 @@ list; the parser is given that same field list and must agree with the file row 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
+from tests.support.nvsmi_captures import (
+    CAPTURES,
+    Section,
+    section_id,
+    sections_of,
+)
 from tfctl.remote.gpus.history import GpuHistory, HostTelemetry, TelemetryState
 from tfctl.remote.gpus.nvsmi import (
     BASE_GPU_FIELDS,
@@ -33,9 +35,6 @@ from tfctl.remote.gpus.nvsmi import (
     throttle_reason_names,
 )
 
-CAPTURES = sorted((Path(__file__).parents[1] / "support" / "data" / "nvidia-smi").glob("*.txt"))
-BANNER = "#" * 80
-
 # Query property → GpuSample attribute, written out here independently of the module's table.
 ATTR_OF_FIELD = {
     "timestamp": "timestamp",
@@ -55,49 +54,6 @@ ATTR_OF_FIELD = {
     "clocks_event_reasons.active": "throttle_reasons",
 }
 ALL_WANTED_NEW_DRIVER = (*BASE_GPU_FIELDS, "clocks_event_reasons.active")
-
-
-@dataclass(frozen=True)
-class Section:
-    capture: str
-    title: str
-    command: str
-    body: str
-
-    @property
-    def query_fields(self) -> list[str]:
-        match = re.search(r"--query-[a-z-]+=(\S+)", self.command)
-        assert match, self.command
-        return match.group(1).split(",")
-
-    @property
-    def data_lines(self) -> list[str]:
-        """Non-blank lines after the CSV header (these sections all use --format=csv)."""
-        lines = [line for line in self.body.splitlines() if line.strip()]
-        assert lines and lines[0].startswith(self.query_fields[0]), lines[:1]
-        return lines[1:]
-
-
-def read_sections(path: Path) -> list[Section]:
-    """Split a capture into (title, command, body) by its banner lines."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    sections = []
-    for i, line in enumerate(lines):
-        if line.startswith("# $ nvidia-smi") and lines[i + 1] == BANNER:
-            end = next((j for j in range(i + 2, len(lines)) if lines[j] == BANNER), len(lines))
-            body = "\n".join(lines[i + 2 : end])
-            sections.append(Section(path.name, lines[i - 1][2:], line[4:], body))
-    return sections
-
-
-def sections_of(command_prefix: str) -> list[Section]:
-    found = [s for p in CAPTURES for s in read_sections(p) if s.command.startswith(command_prefix)]
-    assert found, command_prefix
-    return found
-
-
-def section_id(section: Section) -> str:
-    return f"{section.capture}:{section.title}"
 
 
 GPU_QUERY_SECTIONS = sections_of("nvidia-smi --query-gpu=")

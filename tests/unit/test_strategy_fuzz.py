@@ -11,9 +11,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.inventory_oracle import assert_cli_agrees, expected_line, key_lines
 from tfctl.inventory import InventoryError, load_inventory, make_plan
-
-from .test_fuzz_inventory import assert_cli_agrees, expected_line, key_lines
 
 STRATEGIES = ["flags", "parameter_server", "multi_worker_mirrored", "mirrored", "custom", None]
 

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.inventories import TITAN_GTX, yaml_text
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.plan import Plan
-
-from .test_strategy_rules import TITAN_GTX, yaml_text
 
 
 def plan_of(job: str, hosts: str = TITAN_GTX) -> Plan:

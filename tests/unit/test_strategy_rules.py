@@ -5,29 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.support.inventories import TITAN_GTX, yaml_text
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.model import Host, Inventory, Job
 from tfctl.inventory.rules import refusals
-
-
-def yaml_text(hosts: str, job: str) -> str:
-    """An inventory with `hosts` (YAML list items) and `job` (YAML mapping lines)."""
-    return (f"name: lab\nhosts:\n{textwrap.indent(textwrap.dedent(hosts).strip(), '  ')}\n"
-            f"job:\n  script: train.py\n{textwrap.indent(textwrap.dedent(job).strip(), '  ')}\n")
-
-
-TITAN_GTX = """
-- name: titan
-  gpus: 4
-- name: gtx970
-  gpus: [0]
-"""
 
 
 @dataclass(frozen=True)

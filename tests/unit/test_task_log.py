@@ -8,18 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tfctl.inventory.load import parse_inventory
-from tfctl.remote.agent.run import (
-    TaskLog,
-    relay_until_exit,
-    reserve_slot,
-    write_json_when_room,
-)
+from tfctl.remote.agent.jsonfile import reserve_slot, write_json_when_room
+from tfctl.remote.agent.supervisor import relay_until_exit
+from tfctl.remote.agent.tasklog import TaskLog
 from tfctl.remote.runs.check import judge_room
 from tfctl.remote.runs.up.manifest import task_manifest
 
@@ -55,19 +51,6 @@ def test_a_task_s_output_is_relayed_until_its_last_line(tmp_path: Path) -> None:
     assert code == 1
     lines = path.read_text().splitlines()
     assert lines[0] == "0" and lines[2999] == "2999" and lines[-1] == "Traceback: the end"
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs")
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_output_without_room_is_dropped_counted_and_said(small_fs: Path) -> None:

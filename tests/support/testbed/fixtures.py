@@ -7,8 +7,10 @@ sharing it); tests that break a host ask for `testbed_hosts_healed` so the next 
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -71,3 +73,29 @@ def shared_testbed(testbed: Testbed) -> Iterator[Testbed]:
     yield testbed
     for host in ("h1", "h2"):
         testbed.remove_from_path(host, "nvidia-smi")
+
+
+@pytest.fixture
+def gpu_testbed(testbed: Testbed) -> Iterator[Testbed]:
+    """The testbed with two stand-in GPUs on h1 and two on h2 (`Testbed.standin_gpus`); h3 has
+    no nvidia-smi at all, a CPU-only host."""
+    for host in ("h1", "h2"):
+        testbed.standin_gpus(host, 2)
+    yield testbed
+    for host in ("h1", "h2"):
+        testbed.remove_from_path(host, "nvidia-smi")
+
+
+@pytest.fixture
+def stranger(testbed: Testbed) -> Iterator[Callable[..., int]]:
+    """`stranger(host, gpu=0)`: the pid of another user's job holding that GPU of a testbed
+    host (`Testbed.start_on_gpu`); every one is killed after the test."""
+    started: list[int] = []
+
+    def start(host: str, gpu: int = 0) -> int:
+        started.append(testbed.start_on_gpu(host, gpu))
+        return started[-1]
+
+    yield start
+    for pid in started:
+        os.kill(pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ off, their sshd stopped, their key changed. Without root the lab falls back to s
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.support.fakes import NVIDIA_SMI_STANDIN
 from tests.support.testbed import netns
 from tests.support.testbed.inventory import InventoryHost, build_inventory, dump_inventory
 from tests.support.testbed.layout import (
@@ -216,6 +218,24 @@ class Testbed:
         """`count` stand-in GPUs on host `name` that every user's nvidia-smi sees."""
         host = self.host(name)
         return install_gpus(self.dir, host.dir, host.bin_dir, name, count)
+
+    def standin_gpus(self, name: str, count: int, env: str = "", **config: Any) -> Path:
+        """`count` stand-in GPUs on host `name`, seen by the testbed's own user: its nvidia-smi
+        runs the stand-in (tests/support/fakes) with this Python. `config`: more of the
+        stand-in's config (e.g. the driver it plays); `env`: shell lines run before it (e.g. a
+        failure to play). Undone with `remove_from_path(name, "nvidia-smi")`."""
+        path = self.host(name).dir / "standin-gpus.json"
+        path.write_text(json.dumps({"host": name, "gpus": [{} for _ in range(count)], **config}))
+        return self.write_tool(name, "nvidia-smi",
+                               f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={path}\n{env}"
+                               f'exec {sys.executable} {NVIDIA_SMI_STANDIN} "$@"\n')
+
+    def start_on_gpu(self, name: str, gpu: int) -> int:
+        """The pid of a process that holds GPU `gpu` of host `name` as the stand-in sees it (a
+        `sleep 300` with that CUDA_VISIBLE_DEVICES, started inside the host as its own
+        session): someone else's job. The caller kills it."""
+        return int(self.run(name, f"CUDA_VISIBLE_DEVICES={gpu} setsid sleep 300 </dev/null "
+                                  ">/dev/null 2>&1 & echo $!").stdout)
 
     def user_inventory_dict(self, user: LabUser, job: Mapping[str, Any], **kwargs: Any
                             ) -> dict[str, Any]:
