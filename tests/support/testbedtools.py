@@ -84,10 +84,14 @@ def run_tagged_pids(pids: list[int]) -> list[int]:
     return tagged
 
 
-def status_json(inventory: Path) -> dict[str, Any]:
-    proc = tfctl(inventory, "status", "--json")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def status_json(inventory: Path, connect_timeout_s: int | None = None) -> dict[str, Any]:
+    """What `tfctl status --json` says (it must succeed); `connect_timeout_s`: its
+    `--connect-timeout`, for a test that cuts a host off."""
+    options = () if connect_timeout_s is None else ("--connect-timeout", str(connect_timeout_s))
+    proc = tfctl(inventory, *options, "status", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status: dict[str, Any] = json.loads(proc.stdout)
+    return status
 
 
 def run_id_from(output: str) -> str:

@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
+from tests.support.fakes import install_nvidia_smi_standin
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import FOREVER, job_dir, processes_of_run, run_id_from, tfctl
 from tfctl.inventory.model import Host, Inventory, Job
@@ -33,6 +32,7 @@ from tfctl.remote.gpus.busy import (
     read_host,
 )
 from tfctl.remote.gpus.nvsmi import GpuProcess
+from tfctl.remote.runs.current import state_file
 
 GPUS = {"GPU-aaa": 0, "GPU-bbb": 1, "GPU-ccc": 2}
 
@@ -137,50 +137,25 @@ def test_read_host_names_pid_user_memory_with_the_standin(standin: str, tmp_path
 # ---------------------------------------------------------------- on the lab
 
 
-@pytest.fixture
-def gpu_lab(testbed: Testbed) -> Iterator[Testbed]:
-    """h1 and h2 with two stand-in GPUs each (a wrapper sets the config on the host)."""
-    for name in ("h1", "h2"):
-        config = testbed.host(name).dir / "busy-gpus.json"
-        config.write_text(json.dumps({"host": name, "gpus": [{}, {}]}))
-        testbed.write_tool(
-            name,
-            "nvidia-smi",
-            f"#!/bin/sh\nexport TFCTL_TEST_NVSMI_CONFIG={config}\n"
-            f'exec {sys.executable} {NVIDIA_SMI_STANDIN} "$@"\n',
-        )
-    yield testbed
-    for name in ("h1", "h2"):
-        testbed.remove_from_path(name, "nvidia-smi")
-
-
-@pytest.fixture
-def stranger(gpu_lab: Testbed) -> Iterator[int]:
-    """A colleague's process on h2's GPU 0 (started inside h2, as its own session)."""
-    pid = int(gpu_lab.run("h2", "CUDA_VISIBLE_DEVICES=0 setsid sleep 300 </dev/null "
-                                ">/dev/null 2>&1 & echo $!").stdout)
-    yield pid
-    os.kill(pid, signal.SIGKILL)
-
-
-def test_up_refuses_busy_gpu_then_force_launches(gpu_lab: Testbed, tmp_path: Path,
-                                                 stranger: int) -> None:
-    inv = gpu_lab.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER,
-                                  hosts=["h1", "h2"], gpus={"h1": [1], "h2": [0]},
-                                  ps={"h1": 1, "h2": 0})
+def test_up_refuses_busy_gpu_then_force_launches(gpu_testbed: Testbed, tmp_path: Path,
+                                                 stranger: Callable[..., int]) -> None:
+    holder = stranger("h2", 0)
+    inv = gpu_testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER,
+                                      hosts=["h1", "h2"], gpus={"h1": [1], "h2": [0]},
+                                      ps={"h1": 1, "h2": 0})
     try:
         refused = tfctl(inv, "up")
         assert refused.returncode == 1, refused.stdout + refused.stderr
         err = refused.stderr
-        assert f"h2: GPU 0: pid {stranger} (user {gpu_lab.user}, 1500 MiB, sleep 300)" in err
+        assert f"h2: GPU 0: pid {holder} (user {gpu_testbed.user}, 1500 MiB, sleep 300)" in err
         assert "free GPUs instead: h2: 1" in err and "tfctl up --force" in err
         assert "nothing was started" in err and "run " not in refused.stdout
-        assert not (inv.parent / ".tfctl-state-lab.json").exists()
+        assert not Path(state_file(str(inv), "lab")).exists()
 
         check = tfctl(inv, "check")
         assert check.returncode == 1
         assert "h2: FAILED" in check.stdout
-        assert (f"h2: GPU 0: pid {stranger} (user {gpu_lab.user}, 1500 MiB, sleep 300) is using "
+        assert (f"h2: GPU 0: pid {holder} (user {gpu_testbed.user}, 1500 MiB, sleep 300) is using "
                 "a GPU the plan assigns (free GPUs there: 1)") in check.stdout
 
         forced = tfctl(inv, "up", "--force")

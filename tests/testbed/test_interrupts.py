@@ -18,67 +18,25 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.testbedtools import job_dir, processes_of_run, tfctl
+from tests.support.testbedtools import (
+    Watched,
+    bound_ports,
+    job_dir,
+    processes_of_run,
+    run_id_said,
+    started_tasks,
+    tfctl,
+)
 from tests.support.tmuxpane import Pane
+from tfctl.remote.runs.current import state_file
 
 pytestmark = pytest.mark.testbed
-
-
-class Watched:
-    """A tfctl command in its own session (like a terminal's foreground job), output collected."""
-
-    def __init__(self, argv: list[str], cwd: Path):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tfctl.tui", *argv], cwd=cwd,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.readers = [threading.Thread(target=self._read, args=(s, into), daemon=True)
-                        for s, into in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: Any, into: list[str]) -> None:
-        for line in stream:
-            into.append(line)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.out) + "".join(self.err)
-
-    def wait_for(self, probe: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not probe():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"tfctl exited {self.proc.returncode} before {what}:\n"
-                                     f"{self.text}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {what} within {timeout_s:g} s:\n{self.text}")
-            time.sleep(0.02)
-
-    def ctrl_c(self) -> None:
-        """What a terminal does: SIGINT to the whole foreground process group."""
-        os.killpg(self.proc.pid, signal.SIGINT)
-
-    def finish(self, timeout_s: float = 90) -> int:
-        code = self.proc.wait(timeout=timeout_s)
-        for reader in self.readers:
-            reader.join(5)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
 
 
 def busy_processes(testbed: Any) -> dict[str, list[str]]:
@@ -109,16 +67,6 @@ def wait_hosts_idle(testbed: Any, timeout_s: float = 15) -> None:
     assert busy == {}, f"left running on the hosts: {busy}"
 
 
-def bound_ports(testbed: Any, ports: set[int]) -> dict[str, list[str]]:
-    found = {}
-    for host in testbed.names:
-        rows = testbed.run(host, "ss -Hltn").stdout.splitlines()
-        held = [r for r in rows if any(f":{p} " in r for p in ports)]
-        if held:
-            found[host] = held
-    return found
-
-
 def children_named(pid: int, comm: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -131,20 +79,6 @@ def children_named(pid: int, comm: str) -> list[int]:
             if name == comm and int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
                 found.append(int(entry))
     return found
-
-
-def run_id_said(w: Watched) -> str | None:
-    for line in w.err:
-        if line.startswith("tfctl: run "):
-            return line.split()[2]
-    return None
-
-
-def started_tasks(run_id: str | None, kind: str) -> set[str]:
-    if run_id is None:
-        return set()
-    return {env["TFCTL_TASK"] for env in processes_of_run(run_id).values()
-            if env.get("TFCTL_TASK", "").startswith(kind)}
 
 
 def assert_all_cleaned(testbed: Any, run_id: str, signal_words: str) -> None:
@@ -294,7 +228,8 @@ def test_ctrl_c_to_demo_once_up_leaves_nothing(tmp_path: Path) -> None:
     w = Watched(["demo", "--no-ui", "--steps", "1000", "--dir", str(demo_dir)], tmp_path)
     try:
         w.wait_for(lambda: any(" is up" in line for line in w.err), "demo is up", 240)
-        run_id = json.loads((demo_dir / ".tfctl-state-demo.json").read_text())["run_id"]
+        state = Path(state_file(str(demo_dir / "cluster.yaml"), "demo"))
+        run_id = json.loads(state.read_text())["run_id"]
         assert started_tasks(run_id, "") >= {"ps:0", "worker:0"}
         w.ctrl_c()
         assert w.finish() == 130, w.text

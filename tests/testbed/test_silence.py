@@ -16,12 +16,18 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.support.testbed.testbed import Testbed
-from tests.support.testbedtools import job_dir, run_id_from, task_pid, tfctl, wait_until
+from tests.support.testbedtools import (
+    job_dir,
+    run_id_from,
+    status_json,
+    task_pid,
+    tfctl,
+    wait_until,
+)
 from tests.support.tmuxpane import Pane
 
 pytestmark = pytest.mark.testbed
@@ -31,12 +37,6 @@ REFUSED_PORT_GRACE_S = 5.0
 UP_ENV = {"TFCTL_CLOSED_FOR_GOOD_S": str(REFUSED_PORT_GRACE_S)}
 """`up`'s environment: a refused port is taken for the task's end after REFUSED_PORT_GRACE_S
 (20 s by default, remote/runs/endrule.py), so the tests wait past it sooner."""
-
-
-def _status(inv: Path) -> dict[str, Any]:
-    done = tfctl(inv, "--connect-timeout", "3", "status", "--json", timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return dict(json.loads(done.stdout))
 
 
 def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
@@ -58,7 +58,7 @@ def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
         cut_at = time.time()
 
         st = wait_until("h2's silence in status --json",
-                    lambda: (s := _status(inv))["silences"] and s, 30)
+                    lambda: (s := status_json(inv, 3))["silences"] and s, 30)
         (silence,) = st["silences"]
         assert (silence["host"], silence["task"], silence["task_host"], silence["address"]) == (
             "h2", "worker:0", "h1", testbed.address("h1"))
@@ -86,14 +86,15 @@ def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
 
         # Past the grace a refused port gets, h2's tasks still run: silence is not an end.
         time.sleep(max(0.0, cut_at + REFUSED_PORT_GRACE_S + 10 - time.time()))
-        st = _status(inv)
+        st = status_json(inv, 3)
         assert [s["host"] for s in st["silences"]] == ["h2"]
         assert {t["name"]: t["state"] for t in st["tasks"] if t["name"] in on_h2} == {
             "ps:1": "running", "worker:1": "running"}
         assert st["job_ended"] is False
 
         testbed.heal("h2")
-        wait_until("the silence gone after the heal", lambda: not _status(inv)["silences"], 30)
+        wait_until("the silence gone after the heal",
+                   lambda: not status_json(inv, 3)["silences"], 30)
         if pane is not None:
             pane.wait("the finding gone after the heal",
                       lambda screen: "cannot reach" not in screen, 60)
@@ -126,12 +127,13 @@ def test_a_whole_host_cut_past_the_grace_keeps_its_tasks(
         assert "h2 unreachable since" in table.stdout, table.stdout + table.stderr
         time.sleep(max(0.0, cut_at + REFUSED_PORT_GRACE_S + 10 - time.time()))
         testbed.heal("h2")
-        st = wait_until("h2 answering", lambda: (s := _status(inv))["hosts"]["h2"]["reachable"]
-                    and s, 60)
+        st = wait_until("h2 answering",
+                        lambda: (s := status_json(inv, 3))["hosts"]["h2"]["reachable"] and s, 60)
         assert {t["name"]: t["state"] for t in st["tasks"]} == {
             "ps:0": "running", "ps:1": "running", "worker:0": "running", "worker:1": "running"}
         assert {t: task_pid(run_id, t) for t in on_h2} == on_h2  # the same processes
-        wait_until("h2's silence gone after the heal", lambda: not _status(inv)["silences"], 30)
+        wait_until("h2's silence gone after the heal",
+                   lambda: not status_json(inv, 3)["silences"], 30)
         assert not (testbed.host("h2").workdir / ".tfctl" / "runs" / run_id / "finished.json"
                     ).exists()
     finally:

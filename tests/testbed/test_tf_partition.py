@@ -18,15 +18,20 @@ a light job in tests/testbed/test_silence.py.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.support.testbed.testbed import Testbed
-from tests.support.testbedtools import examples_job_dir, run_id_from, task_pid, tfctl, wait_until
+from tests.support.testbedtools import (
+    examples_job_dir,
+    run_id_from,
+    status_json,
+    task_pid,
+    tfctl,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.testbed, pytest.mark.tf, pytest.mark.slow]
 
@@ -34,12 +39,6 @@ CUT_S = 60.0
 STEPS = 600  # seconds of training on the lab's CPUs: it must outlast the moment of the cut
 JOB = {"script": "train.py", "style": "flags",
        "args": [f"--steps={STEPS}", "--log_every=25", f"--checkpoint_every={STEPS}"]}
-
-
-def _status(inv: Path) -> dict[str, Any]:
-    done = tfctl(inv, "--connect-timeout", "3", "status", "--json", timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return dict(json.loads(done.stdout))
 
 
 def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
@@ -61,14 +60,15 @@ def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
         assert all(on_h2.values()), on_h2
 
         # During the cut: h2 named, with the task it cannot reach and since when.
-        st = wait_until("h2's silence in status", lambda: (s := _status(inv))["silences"] and s, 30)
+        st = wait_until("h2's silence in status",
+                        lambda: (s := status_json(inv, 3))["silences"] and s, 30)
         assert [(s["host"], s["task"]) for s in st["silences"]] == [("h2", "worker:0")]
         time.sleep(max(0.0, cut_at + 40 - time.monotonic()))  # past the 20 s of a refusal
         table = tfctl(inv, "--connect-timeout", "3", "status", timeout=60)
         print(f"\n$ tfctl status   # {time.monotonic() - cut_at:.0f} s into the cut\n"
               + table.stdout + table.stderr)
         assert "h2 cannot reach worker:0 on h1" in table.stdout, table.stdout
-        st = _status(inv)
+        st = status_json(inv, 3)
         assert {t["name"]: t["state"] for t in st["tasks"]} == {
             "ps:0": "running", "ps:1": "running", "worker:0": "running",
             "worker:1": "running"}, st["tasks"]
@@ -87,7 +87,7 @@ def test_a_60_s_cut_of_a_ps_host_and_the_job_finishes_exit_0(
         print(f"$ tfctl wait   # {time.monotonic() - healed_at:.0f} s after the heal\n"
               + wait.stdout + wait.stderr)
         assert wait.returncode == 0, wait.stdout + wait.stderr + logs
-        st = _status(inv)
+        st = status_json(inv, 3)
         states = {t["name"]: (t["state"], t["exit_code"]) for t in st["tasks"]}
         assert states == {"worker:0": ("exited", 0), "worker:1": ("exited", 0),
                           "ps:0": ("stopped", None), "ps:1": ("stopped", None)}, states

@@ -68,19 +68,21 @@ def shared_testbed(testbed: Testbed) -> Iterator[Testbed]:
         pytest.skip("needs the network-namespace lab (root)")
     for name in (ALICE, BOB, CAROL):
         testbed.add_user(name)
-    for host in ("h1", "h2"):
-        testbed.install_gpus(host, 2)
-    yield testbed
-    for host in ("h1", "h2"):
-        testbed.remove_from_path(host, "nvidia-smi")
+    yield from _two_gpus_on_h1_h2(testbed, testbed.install_gpus)
 
 
 @pytest.fixture
 def gpu_testbed(testbed: Testbed) -> Iterator[Testbed]:
     """The testbed with two stand-in GPUs on h1 and two on h2 (`Testbed.standin_gpus`); h3 has
     no nvidia-smi at all, a CPU-only host."""
+    yield from _two_gpus_on_h1_h2(testbed, testbed.standin_gpus)
+
+
+def _two_gpus_on_h1_h2(testbed: Testbed, install: Callable[[str, int], object]
+                       ) -> Iterator[Testbed]:
+    """The testbed while h1 and h2 have two stand-in GPUs each, put there by `install`."""
     for host in ("h1", "h2"):
-        testbed.standin_gpus(host, 2)
+        install(host, 2)
     yield testbed
     for host in ("h1", "h2"):
         testbed.remove_from_path(host, "nvidia-smi")
