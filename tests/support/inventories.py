@@ -18,3 +18,21 @@ TITAN_GTX = """
   gpus: [0]
 """
 """Two hosts of unequal GPUs: titan with four, gtx970 with one (its GPU 0)."""
+
+
+PS_JOB = """
+name: lab
+hosts:
+  - {name: h1, gpus: 2, ps: 1}
+  - {name: h2, gpus: 1, ps: 0}
+  - {name: h3, gpus: 1, ps: 0}
+job:
+  script: train.py
+  strategy: parameter_server
+  chief: h2
+  evaluator: {host: h3, script: eval.py}
+  tensorboard: {host: h3}
+"""
+"""Three hosts under ParameterServerStrategy with a chief, an evaluator and TensorBoard: what
+`--only` and `--exclude` choose from (tests/cli/test_only_exclude.py and
+tests/unit/test_inventory_subset.py)."""

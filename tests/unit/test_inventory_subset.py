@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.test_only_exclude import PS_JOB
+from tests.support.inventories import PS_JOB
 from tfctl.inventory.load import parse_inventory
 from tfctl.inventory.plan import make_plan
 from tfctl.inventory.subset import SelectionError, select_hosts, split_names
