@@ -1,5 +1,6 @@
 """Headless commands stay light: `tfctl plan`, `init` and `--help` never import textual,
-tensorflow, or an SSH library (fabric, paramiko, invoke); import-linter checks the static layers,
+tensorflow, an SSH library (fabric, paramiko, invoke), or the web server of `ui --web`
+(textual-serve, aiohttp); import-linter checks the static layers,
 this checks what really gets imported. A command that contacts hosts does import Fabric
 (tests/testbed/test_openssh.py shows each hop is a Fabric Connection)."""
 
@@ -21,14 +22,16 @@ try:
 except SystemExit:
     pass
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"textual", "tensorflow", "fabric",
-                                                         "paramiko", "invoke", "matplotlib"}})
+                                                         "paramiko", "invoke", "matplotlib",
+                                                         "textual_serve", "aiohttp"}})
 print(json.dumps(heavy), file=sys.stderr)
 """
 
 
 @pytest.mark.parametrize("args", [["--help"], ["-i", str(EXAMPLE), "plan"],
                                   ["-i", str(EXAMPLE), "plan", "--json"], ["plan", "--help"],
-                                  ["up", "--help"], ["report", "--help"], ["runs", "--help"]])
+                                  ["up", "--help"], ["report", "--help"], ["runs", "--help"],
+                                  ["ui", "--help"]])
 def test_headless_paths_import_nothing_heavy(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True,
                           text=True, check=True)

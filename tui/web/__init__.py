@@ -1,0 +1,9 @@
+"""`tfctl ui --web`: the dashboard served to browsers, one dashboard process per browser tab.
+
+textual-serve (Textualize/textual-serve) does the serving; this package fits it to a lab reached
+over SSH: access.py (a token per start, exchanged for a cookie; the websocket's Origin checked),
+server.py (textual-serve's `Server` with pages and URLs built from the request, nothing loaded
+from the internet, viewer processes that end with the server), page.html (the page), viewer.py
+(what a viewer process changes of the terminal dashboard). Only `ui --web` imports server.py
+and access.py (and through them aiohttp and textual-serve); viewer.py imports neither.
+"""
