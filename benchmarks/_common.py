@@ -7,6 +7,7 @@ load, ratios taken side by side drift much less.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import os
@@ -17,10 +18,15 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.support.testbed import Testbed
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -93,6 +99,46 @@ def timed(argv: Sequence[str], *, env: dict[str, str] | None = None,
     return Timed(wall, cpu, proc.returncode, proc.stdout, proc.stderr, machine)
 
 
+BASELINE = ("a folder holding another version's tfctl/ tree (inventory, remote, tui, examples), "
+            "run interleaved with this one as `before`")
+"""--baseline's help where the benchmark runs the same commands under both trees."""
+
+
+def arguments(doc: str, *, reps: int, hosts: int | None = None, grace: bool = False,
+              baseline: str | None = None) -> argparse.ArgumentParser:
+    """The command line every benchmark has: --reps, and where asked --hosts (a testbed of that
+    many), --grace (`tfctl down --grace`) and --baseline (another version's tree, described by
+    `baseline`); the benchmark adds its own options."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=reps)
+    if hosts is not None:
+        parser.add_argument("--hosts", type=int, default=hosts)
+    if grace:
+        parser.add_argument("--grace", type=float, default=2.0, help="tfctl down --grace")
+    if baseline is not None:
+        parser.add_argument("--baseline", metavar="DIR", help=baseline)
+    return parser
+
+
+def need_pdsh() -> None:
+    if shutil.which("pdsh") is None:
+        raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
+
+
+@contextlib.contextmanager
+def on_a_testbed(hosts: int, prefix: str) -> Iterator[tuple[Path, Testbed, str]]:
+    """(a temporary folder, a testbed of `hosts` hosts, a short folder for the holder's socket
+    and ssh's control sockets), all removed afterwards."""
+    from tests.support.testbed import Testbed
+
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
+        Testbed(hosts) as testbed,
+        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
+    ):
+        yield Path(tmp), testbed, runtime
+
+
 def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
@@ -116,19 +162,9 @@ def light_job_dir(parent: Path) -> Path:
 
 def pids_with_env(key: str, value: str) -> list[int]:
     """Live (non-zombie) processes on this machine whose environment has key=value."""
-    needle = f"{key}={value}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
+    from tests.support.leftovers import processes_with_env
+
+    return [p.pid for p in processes_with_env(key, value)]
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.02) -> float:
@@ -161,16 +197,9 @@ def ssh_options(key: Path, known_hosts: Path, user: str) -> list[str]:
 
 def holder_pids(runtime: str) -> list[int]:
     """The connection holders (remote/connect/hold) whose socket is under `runtime`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"hold.holder" in argv and runtime.encode() in argv:
-                found.append(int(entry))
-    return found
+    from tests.support.holders import holders
+
+    return holders(Path(runtime))
 
 
 def holder_cpu_s(runtime: str) -> float:

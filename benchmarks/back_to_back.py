@@ -26,19 +26,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from _common import (
+    BASELINE,
     PYTHON,
+    arguments,
     holder_pids,
     light_job_dir,
     machine_line,
     median,
+    need_pdsh,
+    on_a_testbed,
     ratio,
     stop_holders,
     tfctl_argv,
@@ -55,8 +57,6 @@ from lab_scale import (
     run_id_of,
     timed_tfctl,
 )
-
-from tests.support.testbed import Testbed
 
 
 def disconnect(env: dict[str, str]) -> None:
@@ -89,22 +89,14 @@ def one_rep(inv: Path, full: Path, env: dict[str, str], gap_s: float, grace: flo
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=16)
-    parser.add_argument("--reps", type=int, default=5)
+    parser = arguments(__doc__, reps=5, hosts=16, grace=True, baseline=BASELINE)
     parser.add_argument("--gap", type=float, default=0.2,
                         help="seconds between one command's end and the next one's start")
-    parser.add_argument("--grace", type=float, default=2.0, help="tfctl down --grace")
-    parser.add_argument("--baseline", metavar="DIR", help="a folder holding another version's "
-                        "tfctl/ tree (inventory, remote, tui, examples), run interleaved with "
-                        "this one as `before`")
     args = parser.parse_args()
-    if shutil.which("pdsh") is None:
-        raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
+    need_pdsh()
     print(machine_line())
-    with tempfile.TemporaryDirectory(prefix="tfctl-b2b-") as tmp, Testbed(args.hosts) as testbed, \
-            tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime:
-        job = light_job_dir(Path(tmp))
+    with on_a_testbed(args.hosts, "tfctl-b2b-") as (tmp, testbed, runtime):
+        job = light_job_dir(tmp)
         inv = light_inventory(testbed, job / "cluster.yaml")
         full = light_inventory(testbed, job / "full.yaml", **FULL_UP)
         trees: dict[str, dict[str, str]] = {}

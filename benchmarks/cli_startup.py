@@ -24,7 +24,6 @@ in a fresh process, with its answers cached on disk and with that cache off.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -32,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import PYTHON, machine_line, median, ratio, timed
+from _common import PYTHON, arguments, machine_line, median, ratio, timed
 
 FORBIDDEN = ("textual", "tensorflow", "fabric", "paramiko", "invoke")  # --help never loads them
 NOTED = ("pydantic", "yaml", "rich", "click")  # what such a start does import, for the record
@@ -79,12 +78,10 @@ def resolve_ms(home: Path, reps: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=15)
+    parser = arguments(__doc__, reps=15, baseline="also run the `tfctl/` tree under DIR (put "
+                       "first on PYTHONPATH), interleaved, as `before:` rows")
     parser.add_argument("--lab", type=int, default=0, metavar="N",
                         help="also time status and exec on a lab of N sshd hosts")
-    parser.add_argument("--baseline", metavar="DIR", help="also run the `tfctl/` tree under DIR "
-                        "(put first on PYTHONPATH), interleaved, as `before:` rows")
     args = parser.parse_args()
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, \

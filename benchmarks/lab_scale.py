@@ -47,9 +47,7 @@ import argparse
 import dataclasses
 import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -57,12 +55,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import (
+    BASELINE,
     PYTHON,
     Timed,
+    arguments,
     holder_cpu_s,
     light_job_dir,
     machine_line,
     median,
+    need_pdsh,
+    on_a_testbed,
     pids_with_env,
     ratio,
     stop_holders,
@@ -176,24 +178,13 @@ def down_watched(inv: Path, grace: float, run_id: str,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=16)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--grace", type=float, default=2.0, help="tfctl down --grace")
-    parser.add_argument("--baseline", metavar="DIR", help="a folder holding another version's "
-                        "tfctl/ tree (inventory, remote, tui, examples): its up, status and "
-                        "down run interleaved with this one's, as `before`")
+    parser = arguments(__doc__, reps=3, hosts=16, grace=True, baseline=BASELINE)
     args = parser.parse_args()
-    if shutil.which("pdsh") is None:
-        raise SystemExit("pdsh is not installed (apt-get install -y pdsh)")
+    need_pdsh()
     print(machine_line())
-    with (
-        tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp,
-        Testbed(args.hosts) as testbed,
-        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
-    ):
+    with on_a_testbed(args.hosts, "tfctl-bench-") as (tmp, testbed, runtime):
         args.runtime = runtime  # the holder's socket and ssh's control sockets: short paths
-        job = light_job_dir(Path(tmp))
+        job = light_job_dir(tmp)
         (job / "stubborn.py").write_text(STUBBORN)
         inv = light_inventory(testbed, job / "cluster.yaml")
         stubborn = light_inventory(testbed, job / "stubborn.yaml", script="stubborn.py")

@@ -14,37 +14,36 @@ tests/support/testbed).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 
-from _common import PYTHON, light_job_dir, machine_line, median, ratio, tfctl_argv, timed
+from _common import (
+    PYTHON,
+    arguments,
+    light_job_dir,
+    machine_line,
+    median,
+    on_a_testbed,
+    ratio,
+    tfctl_argv,
+    timed,
+)
 from lab_scale import run_id_of
-
-from tests.support.testbed import Testbed
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=16)
+    parser = arguments(__doc__, reps=5, hosts=16)
     parser.add_argument("--gpus", type=int, default=4)
-    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     if os.geteuid() != 0:
-        raise SystemExit("needs root: the network-namespace lab")
+        raise SystemExit("needs root: the network-namespace testbed")
     print(machine_line())
-    with (
-        tempfile.TemporaryDirectory(prefix="tfctl-labview-") as tmp,
-        Testbed(args.hosts) as testbed,
-        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
-    ):
+    with on_a_testbed(args.hosts, "tfctl-labview-") as (tmp, testbed, runtime):
         for name in testbed.names:
             testbed.install_gpus(name, args.gpus)
-        job = light_job_dir(Path(tmp))
+        job = light_job_dir(tmp)
         spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
         inv = testbed.write_inventory(job / "cluster.yaml", spec,
                                   gpus={h: [0, 1] for h in testbed.names})

@@ -16,7 +16,6 @@ runs, alternated tfctl / by hand / single.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import PYTHON, ROOT, machine_line, median, ratio, tfctl_argv, timed
+from _common import PYTHON, ROOT, arguments, machine_line, median, ratio, tfctl_argv, timed
 
 RATE = re.compile(r"steps_per_sec=([\d.]+)")
 
@@ -81,8 +80,7 @@ def by_hand(task: dict[str, Any], folder: Path, single: bool) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser = arguments(__doc__, reps=3)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--log-every", type=int, default=250)
     args = parser.parse_args()

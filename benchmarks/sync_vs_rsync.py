@@ -18,7 +18,6 @@ would). Ratios are of medians taken in this one run.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -27,14 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import (
-    machine_line,
-    median,
-    ratio,
-    ssh_options,
-    tfctl_argv,
-    timed,
-)
+from _common import arguments, machine_line, median, ratio, ssh_options, tfctl_argv, timed
 
 from tests.support.testbed import Testbed
 from tfctl.inventory.load import load_inventory
@@ -81,12 +73,9 @@ def in_process_sync(inventory: Path) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, reps=5, hosts=1, baseline="a folder holding another version's "
+                       "tfctl/ tree: its `tfctl sync` (into its own folders) runs interleaved")
     parser.add_argument("--files", type=int, default=5000)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--hosts", type=int, default=1)
-    parser.add_argument("--baseline", metavar="DIR", help="a folder holding another version's "
-                        "tfctl/ tree: its `tfctl sync` (into its own folders) runs interleaved")
     args = parser.parse_args()
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp, Testbed(args.hosts) as testbed:

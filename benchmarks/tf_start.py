@@ -23,16 +23,24 @@ imports queue for CPU either way (1 host = 2 tasks on this 2-core machine).
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, machine_line, median, ratio, stop_holders, tfctl_argv, timed
+from _common import (
+    ROOT,
+    arguments,
+    machine_line,
+    median,
+    on_a_testbed,
+    ratio,
+    stop_holders,
+    tfctl_argv,
+    timed,
+)
 
 from tests.support.testbed import Testbed
 
@@ -40,19 +48,12 @@ EXAMPLES = ROOT / "examples"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=1)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--baseline", metavar="DIR", help="another version's tfctl/ tree: full "
-                        "`up` of it (before) against this one's (after)")
+    parser = arguments(__doc__, reps=3, hosts=1, baseline="another version's tfctl/ tree: "
+                       "full `up` of it (before) against this one's (after)")
     args = parser.parse_args()
     print(machine_line())
-    with (
-        tempfile.TemporaryDirectory(prefix="tfctl-bench-") as tmp,
-        Testbed(args.hosts) as testbed,
-        tempfile.TemporaryDirectory(prefix="tfb-", dir="/tmp") as runtime,
-    ):
-        job_dir = Path(tmp) / "job"
+    with on_a_testbed(args.hosts, "tfctl-bench-") as (tmp, testbed, runtime):
+        job_dir = tmp / "job"
         job_dir.mkdir()
         for name in ("train.py", "evaluate.py", "digits.py"):
             shutil.copy(EXAMPLES / name, job_dir / name)

@@ -4,7 +4,7 @@ After `sync_diff` has said which paths differ, rsync costs a second SSH session,
 on the host and a local rsync with its bridge: ~0.2 s before the first byte, for what is usually
 one edited source file. When every differing path is a regular file and all of them together
 are small, they travel instead in one request to the agent already running for the command
-(`put_files` in agent_sync.py writes each atomically with its mode and mtime, as rsync -a
+(`put_files` in agent/sync.py writes each atomically with its mode and mtime, as rsync -a
 would). Anything else (folders, links, a file changed again since it was listed, a path the
 agent refuses) goes to rsync.
 """

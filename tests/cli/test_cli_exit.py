@@ -1,4 +1,4 @@
-"""`tfctl`'s own exit (`tui/cli.py: run`): it skips the interpreter's module teardown with
+"""`tfctl`'s own exit (`tui/cli/main.py: run`): it skips the interpreter's module teardown with
 `os._exit`, so these check that nothing of what a caller sees is lost: the exit status, every
 byte of output through a pipe or a file, and atexit handlers."""
 

@@ -8,12 +8,10 @@ never exit (ps, and workers under ParameterServerStrategy) are ended by process 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.resources
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.leftovers import stop_groups
 from tests.support.trainer import assert_whole_checkpoint_here
 
 pytestmark = [
@@ -83,17 +82,7 @@ class Processes:
 
     def stop_all(self) -> None:
         """SIGTERM ends ps/worker servers; MultiWorkerMirrored ignores it, so SIGKILL after."""
-        for process in self.started.values():
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):  # it may end in between
-                    os.killpg(process.pid, signal.SIGTERM)
-        for process in self.started.values():
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
+        stop_groups(self.started.values(), 5)
 
 
 @pytest.fixture

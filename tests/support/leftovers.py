@@ -18,10 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SESSION_VAR = "TFCTL_TEST_SESSION"
 HOLDER_MODULE = "tfctl.remote.connect.hold.holder"
@@ -96,6 +98,23 @@ def end(pids: Iterable[int], grace_s: float = 5.0) -> None:
         if _running(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def stop_groups(procs: Iterable[subprocess.Popen[Any]], grace_s: float) -> None:
+    """End what a test started as process-group leaders: SIGTERM to each group still running,
+    each waited for up to `grace_s`, and SIGKILL to the group of any that is not gone by then."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # it may end in between
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=grace_s)
 
 
 def wait_gone(token: str, timeout_s: float) -> list[Leftover]:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
 """The light job (tests/support/lightjob.py as job.py) serving until stopped, TF_CONFIG style."""
+FOREVER_FLAGS = {"script": "job.py", "style": "flags", "args": ["--forever"]}
+"""The light job serving until stopped, told its place by flags (--job_name, --task_index...)."""
 
 
 def tfctl(inventory: Path, *args: str, timeout: float = 240,

@@ -1,6 +1,6 @@
 """Faults on real sshd hosts: kill -9 of every task type, restarts, a dead ps or chief, a cut host.
 
-The rule for a failed parameter server or chief (remote/status.py): the job cannot continue, so
+The rule for a failed parameter server or chief (remote/runs/status.py): the job cannot continue, so
 `status` and `wait` name the task ("ps:0 on h1 failed (killed by SIGKILL): the job cannot
 continue without its parameter servers"), stop the remaining ps, workers and chief, and report
 the failed task's status as the job's (137 for SIGKILL). A worker, evaluator or TensorBoard that
@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.support.testbedtools import (
+    FOREVER_FLAGS,
     cmdline_of,
     environ_of,
     job_dir,
@@ -28,12 +27,11 @@ from tests.support.testbedtools import (
     run_id_from,
     status_json,
     tfctl,
+    wait_until,
 )
 
 pytestmark = pytest.mark.testbed
-T = TypeVar("T")
 
-FOREVER = {"script": "job.py", "style": "flags", "args": ["--forever"]}
 RESTART = {"worker": "on-failure", "max": 3, "backoff": 2}
 
 
@@ -46,17 +44,6 @@ def up(inv: Path, down_after: list[Path]) -> str:
 
 def tasks_of(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in st["tasks"]}
-
-
-def until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(0.05)
 
 
 def pid_of(run_id: str, task: str) -> int | None:
@@ -139,34 +126,36 @@ def test_dead_chief_is_named_and_the_rest_is_stopped(  # type: ignore[no-untyped
 
 def test_worker_restarts_on_failure_with_same_argv_env_and_log(  # type: ignore[no-untyped-def]
         testbed, tmp_path: Path, down_after) -> None:
-    job = dict(FOREVER, restart=RESTART)
+    job = dict(FOREVER_FLAGS, restart=RESTART)
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"],
                               gpus={"h2": [1]}, ps={"h2": 0})
     run_id = up(inv, down_after)
-    old = until(lambda: pid_of(run_id, "worker:1"), 5, "worker:1 running")
+    old = wait_until("worker:1 running", lambda: pid_of(run_id, "worker:1"), 5, 0.05)
     old_env, old_argv = environ_of(old), cmdline_of(old)
     assert old_env["CUDA_VISIBLE_DEVICES"] == "1"
     os.kill(old, signal.SIGKILL)
     # "back within 5 s" (backoff 2 s): a bound from the requirement, not a benchmark
-    new = until(lambda: (p := pid_of(run_id, "worker:1")) != old and p, 5, "worker:1 back")
+    new = wait_until("worker:1 back",
+                     lambda: (p := pid_of(run_id, "worker:1")) != old and p, 5, 0.05)
     assert cmdline_of(new) == old_argv  # flags (--worker_hosts, --task_index) as before
     assert environ_of(new) == old_env  # mask, TFCTL tags, env: all the same
     st = tasks_of(status_json(inv))["worker:1"]
     assert st["restarts"] == 1
-    until(lambda: tasks_of(status_json(inv))["worker:1"]["state"] == "running", 10,
-          "worker:1 listening again")
+    wait_until("worker:1 listening again",
+               lambda: tasks_of(status_json(inv))["worker:1"]["state"] == "running", 10, 0.05)
     log = log_of(testbed, "h2", run_id, "worker:1")
     assert log.count("worker:1 starting") == 2  # appended, not truncated
     assert "==> tfctl: restarting worker:1 (restart 1/3) after exit SIGKILL" in log
 
     for n in (2, 3, 4):  # the fourth death is past `max: 3`: it stays dead
-        current = until(lambda: pid_of(run_id, "worker:1"), 5, f"worker:1 start {n}")
+        current = wait_until(f"worker:1 start {n}", lambda: pid_of(run_id, "worker:1"), 5, 0.05)
         os.kill(current, signal.SIGKILL)
         if n < 4:
-            until(lambda c=current: (p := pid_of(run_id, "worker:1")) != c and p, 5,
-                  f"restart {n}")
-    final = until(lambda: (t := tasks_of(status_json(inv))["worker:1"])["state"] == "killed"
-                  and t, 5, "worker:1 given up")
+            wait_until(f"restart {n}",
+                       lambda c=current: (p := pid_of(run_id, "worker:1")) != c and p, 5, 0.05)
+    final = wait_until("worker:1 given up",
+                       lambda: (t := tasks_of(status_json(inv))["worker:1"])["state"] == "killed"
+                       and t, 5, 0.05)
     assert final["restarts"] == 3 and final["signal"] == "SIGKILL"
     log = log_of(testbed, "h2", run_id, "worker:1")
     assert "(restart 3/3)" in log and "(restart 4/" not in log
@@ -176,10 +165,10 @@ def test_worker_restarts_on_failure_with_same_argv_env_and_log(  # type: ignore[
 def test_cut_host_named_unreachable_while_the_others_answer(  # type: ignore[no-untyped-def]
         testbed, tmp_path: Path, down_after, healed) -> None:
     # `down` during a cut (exit 1 naming the host, the rest stopped) and after the heal is
-    # test_lab_core.py::test_unreachable_host_named_by_down_and_rest_stopped.
+    # test_core.py::test_unreachable_host_named_by_down_and_rest_stopped.
     if not testbed.isolated:
         pytest.skip("needs the network-namespace lab")
-    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER)
+    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS)
     run_id = up(inv, down_after)
     testbed.cut("h3")
     # The subprocess timeout bounds each command: a hang on the cut host would exceed it.

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.support.testbedtools import (
+    FOREVER_FLAGS,
     HERE,
     cmdline_of,
     environ_of,
@@ -194,7 +195,7 @@ def test_firewall_rules_admit_only_the_inventory_hosts(testbed, tmp_path: Path, 
     if not testbed.isolated:
         pytest.skip("needs the network-namespace lab (each host its own firewall)")
     # h3 stays out of the inventory: it is "anyone else on the network"
-    job = {"script": "job.py", "style": "flags", "args": ["--forever"]}
+    job = FOREVER_FLAGS
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"])
     check = tfctl(inv, "check")
     assert check.returncode == 0, check.stdout + check.stderr

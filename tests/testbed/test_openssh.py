@@ -3,7 +3,7 @@
 certificates under `@cert-authority`. paramiko's own config parser and known_hosts reader
 handle none of these; tfctl asks `ssh -G` and reads the files as OpenSSH does.
 
-The user's config is a temporary HOME's ~/.ssh/config (as in test_lab_check.py); OpenSSH
+The user's config is a temporary HOME's ~/.ssh/config (as in test_check.py); OpenSSH
 expands `~` from the account, not $HOME, so the Include line names its folder in full.
 """
 

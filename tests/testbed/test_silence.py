@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import (
+    FOREVER_FLAGS,
     job_dir,
     run_id_from,
     status_json,
@@ -32,7 +33,6 @@ from tests.support.tmuxpane import Pane
 
 pytestmark = pytest.mark.testbed
 
-JOB = {"script": "job.py", "style": "flags", "args": ["--forever"]}
 REFUSED_PORT_GRACE_S = 5.0
 UP_ENV = {"TFCTL_CLOSED_FOR_GOOD_S": str(REFUSED_PORT_GRACE_S)}
 """`up`'s environment: a refused port is taken for the task's end after REFUSED_PORT_GRACE_S
@@ -42,7 +42,8 @@ UP_ENV = {"TFCTL_CLOSED_FOR_GOOD_S": str(REFUSED_PORT_GRACE_S)}
 def test_a_host_cut_off_from_the_chief_keeps_its_tasks_and_says_so(
         isolated_testbed: Testbed, tmp_path: Path) -> None:
     testbed = isolated_testbed
-    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB, hosts=["h1", "h2"])
+    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS,
+                                  hosts=["h1", "h2"])
     pane: Pane | None = None
     try:
         up = tfctl(inv, "up", env=UP_ENV)
@@ -115,7 +116,8 @@ def test_a_whole_host_cut_past_the_grace_keeps_its_tasks(
     """The link of h2 down (a cable moved): nobody reaches h2, h2 reaches nobody. Its watcher
     does not take this for the job's end: its ps and worker outlive the cut."""
     testbed = isolated_testbed
-    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB, hosts=["h1", "h2"])
+    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS,
+                                  hosts=["h1", "h2"])
     try:
         up = tfctl(inv, "up", env=UP_ENV)
         assert up.returncode == 0, up.stdout + up.stderr

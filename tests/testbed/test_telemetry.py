@@ -20,13 +20,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
 from tests.support.testbed import Testbed
+from tests.support.testbedtools import FOREVER, wait_until
 from tfctl.inventory.load import load_inventory
 from tfctl.inventory.model import Host, Inventory, Job
 from tfctl.remote.connect.fleet import Fleet
@@ -42,18 +43,6 @@ CAPTURES = Path(__file__).parents[1] / "support" / "data" / "nvidia-smi"
 HERE = Path(__file__).parents[1] / "support"
 GPUS = {"gpus": [{"name": "NVIDIA TITAN X (Pascal)", "memory_total_mib": 12288},
                  {"name": "NVIDIA GeForce GTX 970", "memory_total_mib": 4096, "power": None}]}
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Bench:
@@ -210,7 +199,7 @@ def test_blocks_end_when_every_gpu_reported_or_one_repeats() -> None:
 def test_stream_shows_gpus_and_the_process_using_each(bench: Bench, running: Any) -> None:
     worker = bench.start("sleep", "120", CUDA_VISIBLE_DEVICES="1")
     hub = running()
-    snap = wait_for(lambda: (s := hub.snapshot("bench")).processes and s, what="processes")
+    snap = wait_until("processes", lambda: (s := hub.snapshot("bench")).processes and s, 30, 0.05)
     gpus = {g.index: g for g in snap.gpus}
     assert [gpus[0].name, gpus[1].name] == ["NVIDIA TITAN X (Pascal)", "NVIDIA GeForce GTX 970"]
     assert gpus[0].utilization_gpu_pct == 0.0
@@ -218,13 +207,13 @@ def test_stream_shows_gpus_and_the_process_using_each(bench: Bench, running: Any
     assert (gpus[1].power_draw_w, gpus[0].power_limit_w) == (None, 250.0)  # never 0 W
     assert [(p.gpu_uuid, p.pid) for p in snap.processes] == [(gpus[1].uuid, worker.pid)]
     assert snap.state(hub.clock()) is TelemetryState.OK
-    wait_for(lambda: len(hub.history.recent("bench", gpus[1].uuid)) >= 3, what="history")
+    wait_until("history", lambda: len(hub.history.recent("bench", gpus[1].uuid)) >= 3, 30, 0.05)
     assert all(u is not None and u >= 90 for u in hub.history.series(
         "bench", gpus[1].uuid, "utilization_gpu_pct"))
     assert hub.info("bench").gpu_fields[-1] == "clocks_event_reasons.active"
     worker.kill()
     worker.wait()
-    wait_for(lambda: not hub.snapshot("bench").processes, what="the process to go")
+    wait_until("the process to go", lambda: not hub.snapshot("bench").processes, 30, 0.05)
 
 
 def test_only_fields_the_driver_lists_are_queried(bench: Bench, running: Any) -> None:
@@ -236,7 +225,7 @@ def test_only_fields_the_driver_lists_are_queried(bench: Bench, running: Any) ->
                '  *) exec $STANDIN "$@" ;;\n'
                "esac\n")
     hub = running()
-    wait_for(lambda: ok_state(hub), what="samples")
+    wait_until("samples", lambda: ok_state(hub), 30, 0.05)
     assert "clocks_event_reasons.active" not in hub.info("bench").gpu_fields
     assert all(g.throttle_reasons is None for g in hub.snapshot("bench").gpus)
     assert hub.info("bench").restarts == 0
@@ -248,7 +237,8 @@ def test_host_without_nvidia_smi_says_no_gpus_once(bench: Bench, running: Any,
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has a real nvidia-smi")
     hub = running()
-    wait_for(lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS)
+    wait_until("no GPUs",
+               lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS, 30, 0.05)
     time.sleep(1.0)  # many ticks at 200 ms: still one calm state, no error
     snap = hub.snapshot("bench")
     assert snap.state(hub.clock()) is TelemetryState.NO_GPUS and snap.error is None
@@ -259,7 +249,8 @@ def test_no_devices_is_no_gpus(bench: Bench, running: Any,
                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TFCTL_TEST_NVSMI_CONFIG")  # the stand-in: "No devices were found"
     hub = running()
-    wait_for(lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS)
+    wait_until("no GPUs",
+               lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS, 30, 0.05)
     assert hub.info("bench").restarts == 0
 
 
@@ -268,26 +259,26 @@ def test_nvml_failure_is_a_host_error_then_recovers(bench: Bench, running: Any,
     monkeypatch.setenv("TFCTL_TEST_NVSMI_FAIL",
                        "Failed to initialize NVML: Driver/library version mismatch")
     hub = running()
-    snap = wait_for(lambda: (s := hub.snapshot("bench")).error and s, what="an error")
+    snap = wait_until("an error", lambda: (s := hub.snapshot("bench")).error and s, 30, 0.05)
     assert "Driver/library version mismatch" in (snap.error or "")
     assert snap.state(hub.clock()) is TelemetryState.ERROR
     monkeypatch.delenv("TFCTL_TEST_NVSMI_FAIL")  # "the driver was fixed": the retry succeeds
-    wait_for(lambda: ok_state(hub), what="recovery")
+    wait_until("recovery", lambda: ok_state(hub), 30, 0.05)
     assert hub.snapshot("bench").error is None
 
 
 def test_killed_stream_marks_the_host_then_reconnects(bench: Bench, running: Any) -> None:
     hub = running(backoff_s=1.0)
-    wait_for(lambda: ok_state(hub), what="samples")
-    first = wait_for(bench.stream_pids, what="the stream process")
+    wait_until("samples", lambda: ok_state(hub), 30, 0.05)
+    first = wait_until("the stream process", bench.stream_pids, 30, 0.05)
     assert len(first) == 1
     os.kill(first[0], signal.SIGKILL)
-    snap = wait_for(lambda: (s := hub.snapshot("bench")).error and s, what="the error")
+    snap = wait_until("the error", lambda: (s := hub.snapshot("bench")).error and s, 30, 0.05)
     assert snap.gpus, "the last known GPUs are kept (dimmed by a UI)"
     assert hub.info("bench").restarts == 1
     assert "stream ended" in (hub.info("bench").last_error or "")
     blocks = hub.info("bench").blocks
-    wait_for(lambda: ok_state(hub) and hub.info("bench").blocks > blocks, what="recovery")
+    wait_until("recovery", lambda: ok_state(hub) and hub.info("bench").blocks > blocks, 30, 0.05)
     assert bench.stream_pids() not in ([], first)
 
 
@@ -298,7 +289,7 @@ def test_silent_stream_is_closed_and_reopened(bench: Bench, running: Any) -> Non
                '  *) exec $STANDIN "$@" ;;\n'
                "esac\n")
     hub = running(silence_s=1.0)
-    wait_for(lambda: hub.info("bench").restarts >= 1, what="the watchdog")
+    wait_until("the watchdog", lambda: hub.info("bench").restarts >= 1, 30, 0.05)
     assert "no output from nvidia-smi" in (hub.info("bench").last_error or "")
     assert hub.info("bench").blocks >= 1
 
@@ -306,10 +297,10 @@ def test_silent_stream_is_closed_and_reopened(bench: Bench, running: Any) -> Non
 def test_stop_leaves_no_stream_running(bench: Bench) -> None:
     hub = bench.hub()
     as_source(hub).start()
-    wait_for(lambda: ok_state(hub), what="samples")
+    wait_until("samples", lambda: ok_state(hub), 30, 0.05)
     assert bench.stream_pids()
     hub.stop()
-    wait_for(lambda: not bench.stream_pids(), timeout_s=10, what="the stream to end")
+    wait_until("the stream to end", lambda: not bench.stream_pids(), 10, 0.05)
     assert not any(t.is_alive() for t in hub._threads)
 
 
@@ -378,7 +369,6 @@ def test_tfctl_gpus_is_headless(bench: Bench) -> None:
 
 # -- on the SSH lab: real sshd hosts, the stand-in on their PATH ----------------------------------
 
-FOREVER = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
 
 
 def lab_inventory(testbed: Testbed, tmp: Path) -> Path:
@@ -447,17 +437,17 @@ def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_testbed: Testbed,
         def ok(host: str) -> bool:
             return hub.snapshot(host).state(hub.clock()) is TelemetryState.OK
 
-        wait_for(lambda: ok("h1") and ok("h2"), what="both GPU hosts")
+        wait_until("both GPU hosts", lambda: ok("h1") and ok("h2"), 30, 0.05)
         assert hub.snapshot("h3").state(hub.clock()) is TelemetryState.NO_GPUS
-        loop = wait_for(lambda: stream_on(gpu_testbed, "h1"), what="h1's nvidia-smi loop")
+        loop = wait_until("h1's nvidia-smi loop", lambda: stream_on(gpu_testbed, "h1"), 30, 0.05)
         assert loop is not None
         session = parent_of(loop)
         os.kill(session, signal.SIGKILL)  # the sshd process serving the channel
-        snap = wait_for(lambda: (s := hub.snapshot("h1")).error and s, what="h1 marked")
+        snap = wait_until("h1 marked", lambda: (s := hub.snapshot("h1")).error and s, 30, 0.05)
         assert snap.state(hub.clock()) is TelemetryState.ERROR and snap.gpus
         assert ok("h2"), "another host's stream is untouched"
         blocks = hub.info("h1").blocks
-        wait_for(lambda: ok("h1") and hub.info("h1").blocks > blocks, what="h1 recovered")
+        wait_until("h1 recovered", lambda: ok("h1") and hub.info("h1").blocks > blocks, 30, 0.05)
         assert hub.info("h1").restarts == 1
         assert stream_on(gpu_testbed, "h1") not in (None, loop)
     finally:
@@ -472,15 +462,16 @@ def test_lab_cut_link_goes_stale_then_recovers(gpu_testbed: Testbed, isolated_te
     hub = TelemetryHub(fleet, interval_ms=300, backoff_s=0.5, max_backoff_s=2.0, silence_s=2.0)
     hub.start()
     try:
-        wait_for(lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK)
+        wait_until("h1 sampled",
+                   lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK, 30, 0.05)
         isolated_testbed.cut("h1")  # packets dropped: the open channel just goes quiet
-        wait_for(lambda: hub.snapshot("h1").state(hub.clock()) is not TelemetryState.OK,
-                 what="h1 stale or failed")
-        wait_for(lambda: hub.info("h1").restarts >= 1, what="the watchdog")
+        wait_until("h1 stale or failed",
+                   lambda: hub.snapshot("h1").state(hub.clock()) is not TelemetryState.OK, 30, 0.05)
+        wait_until("the watchdog", lambda: hub.info("h1").restarts >= 1, 30, 0.05)
         isolated_testbed.heal("h1")
         blocks = hub.info("h1").blocks
-        wait_for(lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK
-                 and hub.info("h1").blocks > blocks, timeout_s=60, what="recovery")
+        wait_until("recovery", lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK
+                 and hub.info("h1").blocks > blocks, 60, 0.05)
     finally:
         hub.stop()
         fleet.close()

@@ -1,6 +1,6 @@
 """How an inventory host becomes an SSH endpoint over the user's OpenSSH config (sshconfig.py).
 
-The lab test `test_lab_check.py::test_hosts_reached_through_the_users_ssh_config` connects
+The testbed test `test_check.py::test_hosts_reached_through_the_users_ssh_config` connects
 through such a config for real; these pin the precedence rules on parsed config text.
 """
 

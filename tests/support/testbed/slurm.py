@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.support.leftovers import stop_groups
 from tests.support.testbed import netns
 from tests.support.testbed.testbed import Testbed
 
@@ -225,17 +226,7 @@ PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def close(self) -> None:
         """Stop slurmd, slurmctld and munged, kill what steps left, remove the temp dir."""
-        for proc in reversed(self._procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self._procs):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_groups(reversed(self._procs), 10)
         for pid in self.step_processes():  # slurmstepd daemonizes: not in any group above
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
