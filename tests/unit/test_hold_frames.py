@@ -1,4 +1,4 @@
-"""The holder's frames and keys (remote/connect/hold/place.py), apart from any socket's owner."""
+"""The holder's frames and keys (remote/connect/hold/protocol.py), apart from any socket's owner."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from tfctl.inventory.model import Host
 from tfctl.remote.connect import openssh
-from tfctl.remote.connect.hold import place
+from tfctl.remote.connect.hold import protocol
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.errors import AuthRefused, HostKeyRefused, HostUnreachable, RemoteError
 
@@ -30,31 +30,31 @@ def _host(**changed: object) -> Host:
 def test_a_frame_arrives_whole(payload: bytes) -> None:
     a, b = socket.socketpair()
     with a, b:
-        place.send_frame(a, place.SEND, payload)
-        place.send_json(a, place.READ, {"timeout_s": None})
-        assert place.recv_frame(b) == (place.SEND, payload)
-        assert place.recv_frame(b) == (place.READ, b'{"timeout_s": null}')
+        protocol.send_frame(a, protocol.SEND, payload)
+        protocol.send_json(a, protocol.READ, {"timeout_s": None})
+        assert protocol.recv_frame(b) == (protocol.SEND, payload)
+        assert protocol.recv_frame(b) == (protocol.READ, b'{"timeout_s": null}')
 
 
 def test_a_closed_peer_is_eof_not_a_short_frame() -> None:
     a, b = socket.socketpair()
     with b:
-        a.sendall(place.SEND + b"\x00\x00\x00\x05abc")  # 3 of 5 bytes, then gone
+        a.sendall(protocol.SEND + b"\x00\x00\x00\x05abc")  # 3 of 5 bytes, then gone
         a.close()
         with pytest.raises(EOFError):
-            place.recv_frame(b)
+            protocol.recv_frame(b)
 
 
 def test_links_are_kept_under_ssh_settings_and_key_policy_only() -> None:
-    key = place.link_key(place.link_fields(_host(), SshOptions()))
+    key = protocol.link_key(protocol.link_fields(_host(), SshOptions()))
     # Tasks, workdir and interpreter are not the connection's; the persist time is not either.
-    assert key == place.link_key(place.link_fields(_host(workdir="/x", gpus=(), ps=0),
+    assert key == protocol.link_key(protocol.link_fields(_host(workdir="/x", gpus=(), ps=0),
                                                    SshOptions(persist_s=9)))
-    for other in (place.link_fields(_host(port=2222), SshOptions()),
-                  place.link_fields(_host(known_hosts="/other"), SshOptions()),
-                  place.link_fields(_host(jump="bastion"), SshOptions()),
-                  place.link_fields(_host(), SshOptions(accept_new_host_keys=True))):
-        assert place.link_key(other) != key
+    for other in (protocol.link_fields(_host(port=2222), SshOptions()),
+                  protocol.link_fields(_host(known_hosts="/other"), SshOptions()),
+                  protocol.link_fields(_host(jump="bastion"), SshOptions()),
+                  protocol.link_fields(_host(), SshOptions(accept_new_host_keys=True))):
+        assert protocol.link_key(other) != key
 
 
 def test_an_edited_ssh_config_is_another_connection(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -66,12 +66,12 @@ def test_an_edited_ssh_config_is_another_connection(tmp_path, monkeypatch) -> No
     assert openssh.config_stamp() == stamp
     config.write_text("Host h1\n  HostName 10.0.0.99\n")
     assert openssh.config_stamp() != stamp
-    fields = place.link_fields(_host(), SshOptions())
-    assert place.link_key(fields) != place.link_key(dict(fields, config="other"))
+    fields = protocol.link_fields(_host(), SshOptions())
+    assert protocol.link_key(fields) != protocol.link_key(dict(fields, config="other"))
 
 
 def test_the_holder_opens_the_host_the_command_named() -> None:
-    host, options = place.host_from(place.link_fields(_host(), SshOptions(3.0, True, 60)))
+    host, options = protocol.host_from(protocol.link_fields(_host(), SshOptions(3.0, True, 60)))
     assert (host.name, host.address, host.user, host.port, host.identity_file,
             host.known_hosts, host.jump) == ("h1", "10.0.0.1", "me", 22, "/k", "/kh", None)
     assert options == SshOptions(3.0, True, 60)
@@ -84,7 +84,7 @@ def test_the_holder_opens_the_host_the_command_named() -> None:
     RemoteError("h1", "agent failed", "detail", kind="agent"),
 ])
 def test_an_error_the_holder_met_is_the_same_error_in_the_command(error: RemoteError) -> None:
-    again = place.error_from(place.error_fields(error))
+    again = protocol.error_from(protocol.error_fields(error))
     assert type(again) is type(error)
     assert (again.host, again.what, again.detail, again.kind) == \
         (error.host, error.what, error.detail, error.kind)
@@ -92,19 +92,19 @@ def test_an_error_the_holder_met_is_the_same_error_in_the_command(error: RemoteE
 
 def test_the_socket_folder_is_the_users_alone(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    path = place.socket_path()
+    path = protocol.socket_path()
     assert path.parent == tmp_path / "tfctl" and path.suffix == ".sock"
     assert path.parent.stat().st_mode & 0o777 == 0o700
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert place.socket_path().parent == tmp_path / "cache" / "tfctl" / "hold"
+    assert protocol.socket_path().parent == tmp_path / "cache" / "tfctl" / "hold"
 
 
 STARTER_THAT_LEAVES = """
 import os, subprocess, sys
-from tfctl.remote.connect.hold import place
+from tfctl.remote.connect.hold import protocol
 path = sys.argv[1]
-server, lock = place.bind(path)
+server, lock = protocol.bind(path)
 holder = subprocess.Popen(
     [sys.executable, "-m", "tfctl.remote.connect.hold.holder", path, "0.5", str(lock),
      str(server.fileno()), str(os.getpid())],

@@ -8,7 +8,7 @@ time, even one typed the moment the first returned, borrows a ready agent sessio
 through the holder's Unix socket instead of paying an SSH handshake and an interpreter start
 per host.
 
-- `place.py`: where the socket is (a 0700 folder of the user's), its name (a digest of this
+- `protocol.py`: where the socket is (a 0700 folder of the user's), its name (a digest of this
   tfctl's code, so an upgraded tfctl never talks to an old holder), the frames both sides speak.
 - `holder.py`: the holder process: connections by host settings, idle agent sessions by
   command, lent to one command at a time; it exits after `persist_s` without a client.

@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 from tfctl.inventory.model import Host
-from tfctl.remote.connect.hold import place
+from tfctl.remote.connect.hold import protocol
 from tfctl.remote.connect.transport import Result, SshOptions
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ binds the socket at once) before it connects by itself."""
 def _socket() -> str:
     with _path_lock:
         if not _path:
-            _path.append(str(place.socket_path()))
+            _path.append(str(protocol.socket_path()))
         return _path[0]
 
 
@@ -84,21 +84,21 @@ class HeldPipe:
 
     def send(self, data: bytes) -> None:
         try:
-            place.send_frame(self.sock, place.SEND, data)
+            protocol.send_frame(self.sock, protocol.SEND, data)
         except OSError:
             self._gone()
 
     def read_line(self, timeout_s: float | None) -> bytes | None:
         try:
             self.sock.settimeout(None if timeout_s is None else timeout_s + _HOLDER_SLACK_S)
-            place.send_json(self.sock, place.READ, {"timeout_s": timeout_s})
-            kind, data = place.recv_frame(self.sock)
+            protocol.send_json(self.sock, protocol.READ, {"timeout_s": timeout_s})
+            kind, data = protocol.recv_frame(self.sock)
         except (OSError, EOFError):
             self._gone()
             return None
-        if kind == place.TIMEOUT:
+        if kind == protocol.TIMEOUT:
             raise TimeoutError
-        if kind == place.LINE:
+        if kind == protocol.LINE:
             return data
         self._ended = True
         self.link_lost = bool(json.loads(data or b"{}").get("link_lost"))
@@ -106,21 +106,21 @@ class HeldPipe:
 
     def end_input(self) -> None:
         try:
-            place.send_frame(self.sock, place.INPUT_END)
+            protocol.send_frame(self.sock, protocol.INPUT_END)
         except OSError:
             self._gone()
 
     def finish(self, wait_s: float = 5.0) -> tuple[int | None, str]:
         try:
             self.sock.settimeout(wait_s + _HOLDER_SLACK_S)
-            place.send_json(self.sock, place.FINISH, {"wait_s": wait_s})
-            kind, data = place.recv_frame(self.sock)
+            protocol.send_json(self.sock, protocol.FINISH, {"wait_s": wait_s})
+            kind, data = protocol.recv_frame(self.sock)
         except (OSError, EOFError):
             self._gone()
             return None, ""
         finally:
             self._ended = True
-        answer = json.loads(data) if kind == place.EXITED else {}
+        answer = json.loads(data) if kind == protocol.EXITED else {}
         self.link_lost = bool(answer.get("link_lost"))
         self.close()
         return answer.get("code"), str(answer.get("rest", ""))
@@ -129,7 +129,7 @@ class HeldPipe:
         """Hand the session back between two requests (`owed` answers to posted requests still
         to come, which the holder reads and drops)."""
         with contextlib.suppress(OSError):
-            place.send_json(self.sock, place.RELEASE, {"owed": owed})
+            protocol.send_json(self.sock, protocol.RELEASE, {"owed": owed})
         self.close()
         return True
 
@@ -156,7 +156,7 @@ def start_holder(persist_s: float) -> bool:
             return True
         try:
             path = _socket()
-            bound = place.bind(path)
+            bound = protocol.bind(path)
         except OSError:
             return False
         if bound is None:  # another command's holder is starting (or one is ending)
@@ -220,17 +220,17 @@ class HeldTransport:
             return None
         try:
             sock.settimeout(self.options.connect_timeout_s + _HOLDER_SLACK_S)
-            asked = dict(place.link_fields(self.host, self.options), command=command)
-            place.send_json(sock, place.OPEN, asked)
-            kind, data = place.recv_frame(sock)
+            asked = dict(protocol.link_fields(self.host, self.options), command=command)
+            protocol.send_json(sock, protocol.OPEN, asked)
+            kind, data = protocol.recv_frame(sock)
         except (OSError, EOFError):  # the holder is ending: connect by ourselves
             sock.close()
             return None
         answer = json.loads(data)
-        if kind == place.ERROR:
+        if kind == protocol.ERROR:
             sock.close()
-            raise place.error_from(answer["error"])
-        if kind != place.READY:
+            raise protocol.error_from(answer["error"])
+        if kind != protocol.READY:
             sock.close()
             return None
         return HeldPipe(sock, bool(answer.get("reused")))
@@ -242,7 +242,8 @@ class HeldTransport:
         sock = _dial(1.0)
         if sock is not None:
             with contextlib.suppress(OSError):
-                place.send_json(sock, place.DROP, place.link_fields(self.host, self.options))
+                protocol.send_json(sock, protocol.DROP,
+                                   protocol.link_fields(self.host, self.options))
             sock.close()
 
     # -- everything else: the command's own connection ---------------------------------------
@@ -279,13 +280,13 @@ def stop_holder(wait_s: float = 5.0) -> dict[str, int] | None:
         return None
     try:
         sock.settimeout(wait_s)
-        place.send_json(sock, place.STOP, {})
-        kind, data = place.recv_frame(sock)
+        protocol.send_json(sock, protocol.STOP, {})
+        kind, data = protocol.recv_frame(sock)
     except (OSError, EOFError):
         return None
     finally:
         sock.close()
-    held = {k: int(v) for k, v in (json.loads(data) if kind == place.READY else {}).items()}
+    held = {k: int(v) for k, v in (json.loads(data) if kind == protocol.READY else {}).items()}
     deadline = time.monotonic() + wait_s
     while held.get("pid") and time.monotonic() < deadline:
         try:

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.wire import ANSWER_MARK
-from tfctl.remote.connect.hold import place
+from tfctl.remote.connect.hold import protocol
 from tfctl.remote.connect.session.agentclient import payload
 from tfctl.remote.connect.ssh import SshPipe, SshTransport
 from tfctl.remote.errors import RemoteError
@@ -68,17 +68,17 @@ class Holder:
 
     # -- connections and sessions -----------------------------------------------------------
     def link(self, fields: dict[str, Any]) -> SshTransport:
-        key = place.link_key(fields)
+        key = protocol.link_key(fields)
         with self.lock:
             found = self.links.get(key)
             if found is None:
-                host, options = place.host_from(fields)
+                host, options = protocol.host_from(fields)
                 found = self.links[key] = SshTransport(host, options)
             return found
 
     def session(self, fields: dict[str, Any], command: str) -> tuple[SshPipe, bool]:
         """An idle agent session for (host, command), else a new one, booted: (pipe, reused)."""
-        key = place.link_key(fields)
+        key = protocol.link_key(fields)
         with self.lock:
             pool = self.idle.get((key, command), [])
             while pool:
@@ -112,7 +112,7 @@ class Holder:
             pipe.close()
             return
         with self.lock:
-            pool = self.idle.setdefault((place.link_key(fields), command), [])
+            pool = self.idle.setdefault((protocol.link_key(fields), command), [])
             if pipe.alive and len(pool) < MAX_IDLE_PER_SESSION_KIND:
                 pool.append(pipe)
                 return
@@ -120,7 +120,7 @@ class Holder:
 
     def drop(self, fields: dict[str, Any]) -> None:
         """A command found the host's link dead: its sessions and connection go."""
-        key = place.link_key(fields)
+        key = protocol.link_key(fields)
         with self.lock:
             link = self.links.pop(key, None)
             pipes = [p for (k, _), pool in self.idle.items() if k == key for p in pool]
@@ -160,45 +160,45 @@ class Holder:
                 self.last_used = time.monotonic()
 
     def _serve(self, conn: socket.socket) -> None:
-        kind, data = place.recv_frame(conn)
+        kind, data = protocol.recv_frame(conn)
         asked = json.loads(data)
-        if kind == place.DROP:
+        if kind == protocol.DROP:
             self.drop(asked)
             return
-        if kind == place.STOP:
+        if kind == protocol.STOP:
             with self.lock:
                 held = {"pid": os.getpid(), "links": len(self.links),
                         "sessions": sum(len(pool) for pool in self.idle.values())}
-            place.send_json(conn, place.READY, held)
+            protocol.send_json(conn, protocol.READY, held)
             self.stop.set()
             return
-        if kind != place.OPEN:
+        if kind != protocol.OPEN:
             return
         try:
             pipe, reused = self.session(asked, asked["command"])
         except RemoteError as exc:
-            place.send_json(conn, place.ERROR, {"error": place.error_fields(exc)})
+            protocol.send_json(conn, protocol.ERROR, {"error": protocol.error_fields(exc)})
             return
         except Busy:
-            place.send_json(conn, place.BUSY, {})
+            protocol.send_json(conn, protocol.BUSY, {})
             return
         live: SshPipe | None = pipe
         try:
-            place.send_json(conn, place.READY, {"reused": reused})
+            protocol.send_json(conn, protocol.READY, {"reused": reused})
             while live is not None:
-                kind, data = place.recv_frame(conn)
-                if kind == place.SEND:
+                kind, data = protocol.recv_frame(conn)
+                if kind == protocol.SEND:
                     live.send(data)
-                elif kind == place.READ:
+                elif kind == protocol.READ:
                     _answer_read(conn, live, json.loads(data)["timeout_s"])
-                elif kind == place.INPUT_END:
+                elif kind == protocol.INPUT_END:
                     live.end_input()
-                elif kind == place.FINISH:
+                elif kind == protocol.FINISH:
                     code, rest = live.finish(json.loads(data)["wait_s"])
-                    place.send_json(conn, place.EXITED, {"code": code, "rest": rest,
+                    protocol.send_json(conn, protocol.EXITED, {"code": code, "rest": rest,
                                              "link_lost": live.link_lost})
                     live = None
-                elif kind == place.RELEASE:
+                elif kind == protocol.RELEASE:
                     given, live = live, None
                     self.give_back(asked, asked["command"], given, json.loads(data)["owed"])
         finally:
@@ -219,14 +219,14 @@ def _answer_read(conn: socket.socket, pipe: SshPipe, timeout_s: float | None) ->
     try:
         line = pipe.read_line(timeout_s)
     except TimeoutError:
-        place.send_frame(conn, place.TIMEOUT)
+        protocol.send_frame(conn, protocol.TIMEOUT)
         return
     except (OSError, EOFError):
         line = None
     if line is None:
-        place.send_json(conn, place.ENDED, {"link_lost": pipe.link_lost})
+        protocol.send_json(conn, protocol.ENDED, {"link_lost": pipe.link_lost})
     else:
-        place.send_frame(conn, place.LINE, line)
+        protocol.send_frame(conn, protocol.LINE, line)
 
 
 def _peer_is_us(conn: socket.socket) -> bool:
