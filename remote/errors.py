@@ -21,12 +21,14 @@ records that outlive the exception (a host's last poll error). The tree, as http
     │   ├── RunLive            another run is still live on the host (`data["run_id"]`)
     │   ├── PortTaken          a port the plan leased was taken before the task bound it
     │   └── NoRun              the host has no record of the run asked about
+    ├── LaunchFailed           `up` could not start the job there (`cleaned`: what its
+    │                          rollback stopped, runs/up/rollback.py)
     └── FleetError             the run or the lab as a whole failed, no one host (`host` is "")
         └── GpusBusy           GPUs the plan assigns are held by others
 
-Failures of one step keep their own classes beside the step (`LaunchFailed` in
-runs/up/rollback.py, `TunnelError` in connect/tunnel.py, `EngineRefused` (a FleetError) in
-runs/engine.py, `SlurmSilent` (a FleetError) in engines/slurm_read.py, ...), each a
+Failures of one step keep their own classes beside the step (`TunnelError` in
+connect/tunnel.py, `EngineRefused` (a FleetError) in
+engines/engine.py, `SlurmSilent` (a FleetError) in engines/slurm_read.py, ...), each a
 `RemoteError`.
 """
 
@@ -153,6 +155,19 @@ def agent_error(host: str, answer: Mapping[str, object]) -> RemoteError:
     if cls is None:
         return AgentFailed(host, what, detail, kind=kind, data=answer)
     return cls(host, what, detail, data=answer)
+
+
+class LaunchFailed(RemoteError):
+    """`up` could not start the job on `host`; `detail` holds the failing task's log tail and
+    `cleaned` what the rollback stopped (runs/up/rollback.py), once it has run."""
+
+    def __init__(self, host: str, what: str, detail: str = "", cleaned: str = ""):
+        super().__init__(host, what, detail, kind="launch")
+        self.cleaned = cleaned
+
+    def full(self) -> str:
+        text = super().full()
+        return f"{text}\nrolled back: {self.cleaned}" if self.cleaned else text
 
 
 class FleetError(RemoteError):

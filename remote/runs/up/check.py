@@ -25,12 +25,11 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.session.agentops import UpCheck
-from tfctl.remote.errors import GpusBusy, PythonMissing, RemoteError
+from tfctl.remote.errors import GpusBusy, LaunchFailed, PythonMissing, RemoteError
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.setup import commands_digest
 from tfctl.remote.runs.steps import WARNING, OnEvent
 from tfctl.remote.runs.up.ports import ask, fixed_ports
-from tfctl.remote.runs.up.rollback import LaunchFailed
 from tfctl.remote.sync.rsync import SourceListing
 
 if TYPE_CHECKING:

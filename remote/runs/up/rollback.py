@@ -13,21 +13,9 @@ from typing import Any
 from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session import agentops
-from tfctl.remote.errors import RemoteError
+from tfctl.remote.errors import LaunchFailed, RemoteError
 
 Say = Callable[[str], None]
-
-
-class LaunchFailed(RemoteError):
-    """`up` could not start the job; `detail` holds the failing task's log tail."""
-
-    def __init__(self, host: str, what: str, detail: str = "", cleaned: str = ""):
-        super().__init__(host, what, detail, kind="launch")
-        self.cleaned = cleaned
-
-    def full(self) -> str:
-        text = super().full()
-        return f"{text}\nrolled back: {self.cleaned}" if self.cleaned else text
 
 
 class Interrupted(KeyboardInterrupt):

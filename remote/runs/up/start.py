@@ -28,13 +28,13 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import StatusAnswer
-from tfctl.remote.errors import PortTaken, RemoteError, RunLive
+from tfctl.remote.errors import LaunchFailed, PortTaken, RemoteError, RunLive
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.failure import explain
 from tfctl.remote.runs.status import RunStatus, status_from
 from tfctl.remote.runs.up.manifest import host_manifest
 from tfctl.remote.runs.up.ports import chosen_ports
-from tfctl.remote.runs.up.rollback import LaunchFailed, raise_first
+from tfctl.remote.runs.up.rollback import raise_first
 
 Say = Callable[[str], None]
 T = TypeVar("T")
