@@ -92,12 +92,13 @@ def _key(filename: str, data: bytes, hostfile: str | None) -> str:
 
 
 def _code_fingerprint() -> str:
-    """The inventory code and Python that produced an entry: a change to either is a miss."""
+    """The inventory code (its subpackages' too: the frameworks resolve keys in the loader) and
+    Python that produced an entry: a change to either is a miss."""
     here = Path(__file__).parent
     parts = [sys.version]
-    for module in sorted(here.glob("*.py")):
+    for module in sorted(here.rglob("*.py")):
         info = module.stat()
-        parts.append(f"{module.name}:{info.st_size}:{info.st_mtime_ns}")
+        parts.append(f"{module.relative_to(here)}:{info.st_size}:{info.st_mtime_ns}")
     return ";".join(parts)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tfctl.inventory import model, schema, strategy
+from tfctl.inventory import model, schema
 from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.frameworks.tensorflow import strategy
 from tfctl.inventory.hostfile import read_hostfile
 from tfctl.inventory.yamlmarks import PathKey, format_path, load_with_lines
 
@@ -241,7 +242,7 @@ class _Resolver:
         return out
 
     def _check_rules(self, inv: model.Inventory) -> None:
-        """Refuse what TensorFlow would refuse (or hang on) at run time: see rules.py."""
+        """Refuse what the job's framework would refuse (or hang on) at run time: see rules.py."""
         from tfctl.inventory.plan import make_plan
         from tfctl.inventory.rules import refusals
 
@@ -344,7 +345,7 @@ class _Resolver:
             evaluator=evaluator, tensorboard=tensorboard,
             ports=strategy.resolve_ports(j, self.error), sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
-            task_args=strategy.task_args(j), task_env=strategy.task_env(j),
+            task_args=_task_args(j), task_env=_task_env(j),
             outputs=self._outputs(j), keras=j.keras, throughput=self._patterns(j),
             silence_window_s=j.silence_window, log_max_bytes=max(1, int(j.log_max_mb * 2**20)),
             disk_floor_bytes=int(j.disk_floor_mb * 2**20),
@@ -395,3 +396,15 @@ class _Resolver:
             hint = f"did you mean `{close[0]}`?" if close else \
                 f"use one of: {', '.join(sorted(names))}"
             raise self.error(loc, f"no host is named {name!r}", hint)
+
+
+def _task_args(job: schema.JobSpec) -> dict[str, tuple[str, ...]]:
+    """`job.task_args` as resolved records, only the types that have some."""
+    spec = job.task_args
+    return {t: tuple(getattr(spec, t)) for t in model.SCRIPT_TYPES if getattr(spec, t)}
+
+
+def _task_env(job: schema.JobSpec) -> dict[str, dict[str, str]]:
+    """`job.task_env` as resolved records, only the types that have some."""
+    spec = job.task_env
+    return {t: dict(getattr(spec, t)) for t in model.TASK_TYPES if getattr(spec, t)}

@@ -156,6 +156,8 @@ class Notify:
 class Job:
     script: str
     args: tuple[str, ...] = ()
+    framework: str = "tensorflow"
+    """How the tasks find each other: a name of `inventory/frameworks/` (`FRAMEWORKS`)."""
     style: Style = "tf_config"
     workers: WorkerLayout = "per_gpu"
     strategy: Strategy | None = None

@@ -1,7 +1,7 @@
 """The plan as data: each task of the job exactly as it will run, and the plan that holds them.
 
 Pure records (no logic beyond lookups and JSON), apart from `plan.py`, which builds them, so that
-`rules.py` can judge a plan without importing the module that calls it.
+the rules (`rules.py`, a framework's) can judge a plan without importing the module that calls it.
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ from typing import Any
 
 from tfctl.inventory.model import Inventory
 
-TaskType = str  # "ps" | "worker" | "chief" | "evaluator" | "tensorboard"
-
-# Types that belong to the TensorFlow cluster spec (the evaluator and TensorBoard never do).
-CLUSTER_TYPES = ("chief", "worker", "ps")
-# Launch order: servers first, then those that connect to them.
-LAUNCH_ORDER = ("ps", "worker", "chief", "evaluator", "tensorboard")
+TaskType = str
+"""A role of the job's framework (TensorFlow: ps, worker, chief, evaluator), or tensorboard."""
 
 # PCI_BUS_ID: masks are nvidia-smi indices (PCI order); CUDA's default is fastest-first, which on
 # a mixed box (TITAN X + GTX 970) would put a task on another GPU than its mask names.
-BASE_ENV = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "PYTHONUNBUFFERED": "1",
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+COMMON_ENV = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+"""What every task's env holds whatever the framework (`Framework.base_env` adds its own)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +37,8 @@ class Task:
     cuda_visible_devices: str
     """The device mask: "" for CPU-only tasks (ps, evaluator, TensorBoard, CPU hosts)."""
     env: Mapping[str, str]
-    """The full environment tfctl sets (mask and TF_CONFIG included), on top of the login env."""
+    """The full environment tfctl sets (the mask and what the framework hands the task, e.g.
+    TF_CONFIG, included), on top of the login env."""
     cwd: str
     argv: tuple[str, ...]
     port_chosen_at_up: bool = False
@@ -75,6 +72,29 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Place:
+    """One process of the framework's cluster as placed: where it runs, what it serves on, which
+    devices it sees; what a framework hands a task its place in the cluster from
+    (inventory/frameworks/)."""
+
+    type: TaskType
+    index: int
+    host: str
+    address: str
+    """Its host as the other hosts reach it (`Plan.addresses`)."""
+    port: int | None
+    """The port it serves on; None when it opens none (it may still be handed the cluster)."""
+    mask: str
+    """Its CUDA_VISIBLE_DEVICES: "" for a CPU-only process."""
+    port_chosen_at_up: bool = False
+    """Its port is not written in the file: `up` may take another (`plan.with_ports`)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}:{self.index}"
+
+
+@dataclass(frozen=True)
 class Plan:
     inventory: Inventory
     tasks: tuple[Task, ...]
@@ -83,6 +103,10 @@ class Plan:
     addresses: Mapping[str, str] = field(default_factory=dict)
     """Host name → the name the cluster spec gives it (its `cluster_address`, else its ssh
     HostName where the caller resolved it, else its `address`)."""
+    places: tuple[Place, ...] = ()
+    """Every process of the framework's cluster as placed (port, mask, address), whole even
+    where `tasks` was narrowed to a few of them: what `plan.with_ports` hands new ports from.
+    Empty for a plan built by hand: its tasks are then the cluster."""
 
     def address_of(self, host: str) -> str:
         """The name the other hosts reach `host` by."""

@@ -4,7 +4,8 @@ Pure (no I/O). A Python traceback ends with the exception, but TensorFlow's erro
 the status line (`NOT_FOUND: …`, `UNAVAILABLE: …`) may sit above five stack-frame lines, and a
 tail of the last N lines then shows only frames (`File ".../saver.py", line 946, in build`).
 So the lines shown for a failed task are picked: exception and status lines first, frames last.
-The hints name the fix for the failures labs hit most (docs/field-notes.md §2).
+The hints name the fix for the failures labs hit most (docs/field-notes.md §2); each
+framework keeps its own (TensorFlow's: inventory/frameworks/tensorflow/host.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from tfctl.inventory.frameworks import known_hints
 
 # `ValueError: …`, `tensorflow.python.framework.errors_impl.NotFoundError: …`, `Killed`.
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
@@ -28,56 +31,8 @@ _TRACEBACK_HEAD = "Traceback (most recent call last):"
 _NODE_FRAMES = re.compile(r"^\s*Detected at node\b")
 
 
-@dataclass(frozen=True)
-class Hint:
-    """A known failure: what in the log shows it, and what to do."""
-
-    pattern: re.Pattern[str]
-    advice: str
-
-
-# Keras 2 code under Keras 3 (tf.keras since TensorFlow 2.16), each as Keras 3 words it with
-# TensorFlow 2.21: metrics' `reset_states` and the optimizers' `get_updates` are gone; the
-# `experimental` modules are gone; `optimizers.legacy` raises (keras/src/optimizers/__init__.py,
-# LegacyOptimizerWarning); a directory given to `model.save` is refused (keras/src/saving/
-# saving_api.py); `model.fit` under MultiWorkerMirroredStrategy feeds a PerReplica value to a
-# tensor conversion (keras-team/keras#20585).
-KERAS_2_UNDER_3 = re.compile(
-    r"object has no attribute '(?:reset_states|get_updates)'"
-    r"|module 'keras\.\w+' has no attribute 'experimental'"
-    r"|`keras\.optimizers\.legacy` is not supported in Keras 3"
-    r"|Invalid filepath extension for saving\. Please add either a `\.keras` extension"
-    r"|with an unsupported type \(<class '[\w.]*\bPerReplica'>\) to a Tensor")
-
-HINTS = (
-    Hint(KERAS_2_UNDER_3,
-         "Keras 2 code under Keras 3 (tf.keras is Keras 3 since TensorFlow 2.16): set "
-         "`job.keras: legacy` (every task gets TF_USE_LEGACY_KERAS=1, so tf.keras is Keras 2) "
-         "and install tf_keras on the hosts in `job.setup`, e.g. `pip install --no-deps "
-         "tf-keras~=2.NN` with TensorFlow's own 2.NN (`tfctl check` says where it is missing)"),
-    Hint(re.compile(r"_temp\b.*No such file or directory|MergeV2Checkpoints|"
-                    r"part-\d+-of-\d+.*not found", re.IGNORECASE),
-         "each parameter server writes its checkpoint shard on its own host: use a checkpoint "
-         "directory that every ps and the chief see (hosts marked `shared_fs: true`), or save "
-         "unsharded from the chief"),
-    Hint(re.compile(r"Mismatched number of GPUs|same number of devices", re.IGNORECASE),
-         "every worker must have the same number of GPUs under this strategy: `tfctl plan` "
-         "shows the masks (use `workers: per_gpu`, or the same GPUs on every host)"),
-    Hint(re.compile(r"RESOURCE_EXHAUSTED|OOM when allocating|out of memory", re.IGNORECASE),
-         "out of GPU memory: lower the batch size (per host: `hosts[].args`), or give the task "
-         "a GPU no other process uses (`tfctl gpus`)"),
-    Hint(re.compile(r"DNS resolution failed|C-ares status is not ARES_SUCCESS"),
-         "a task could not resolve a host name of the cluster spec (no firewall is to blame): "
-         "every name `tfctl plan` shows must resolve on the hosts; give that host "
-         "`cluster_address:` (the IP the others reach it by); `tfctl check` tries every name "
-         "from every host"),
-    Hint(re.compile(r"UNAVAILABLE|failed to connect to all addresses|Connection refused",
-                    re.IGNORECASE),
-         "a task could not reach another: are the ports open between the hosts? "
-         "(`tfctl check --firewall` prints rules that open them)"),
-    Hint(re.compile(r"No module named '?tensorflow", re.IGNORECASE),
-         "TensorFlow is not installed for the host's `python:` (`tfctl check` shows which)"),
-)
+HINTS = known_hints()
+"""The known failures of every framework (`Framework.hints`), the first match wins."""
 
 
 @dataclass(frozen=True)

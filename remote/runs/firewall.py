@@ -19,7 +19,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tfctl.inventory.plan import CLUSTER_TYPES, Plan
+from tfctl.inventory.frameworks import framework_of
+from tfctl.inventory.plan import Plan
 
 MULTIPORT_MAX = 15  # iptables' multiport takes at most 15 ports (a range counts as two)
 
@@ -37,9 +38,11 @@ class HostRules:
 
 
 def task_ports(plan: Plan, host: str) -> tuple[int, ...]:
-    """The TensorFlow gRPC ports `host` serves (ps, worker, chief), sorted; where a port is
-    chosen at `up` (not written under `job.ports`), every port of `job.port_range` it may take."""
-    tasks = [t for t in plan.on_host(host) if t.type in CLUSTER_TYPES and t.port is not None]
+    """The ports `host` serves to the cluster (TensorFlow's gRPC ports: ps, worker, chief; the
+    framework's `cluster_roles`), sorted; where a port is chosen at `up` (not written under
+    `job.ports`), every port of `job.port_range` it may take."""
+    roles = framework_of(plan.inventory.job).cluster_roles
+    tasks = [t for t in plan.on_host(host) if t.type in roles and t.port is not None]
     ports = {t.port for t in tasks if t.port is not None}
     if any(t.port_chosen_at_up for t in tasks):
         low, high = plan.inventory.job.ports.free_range

@@ -1,4 +1,5 @@
-"""remote/runs/check.judge_tensorflow: what TensorFlow said on a host, against the inventory."""
+"""inventory/frameworks/tensorflow/host.judge_tensorflow: what TensorFlow said on a host, against
+the inventory."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.runs.check import judge_tensorflow
+from tfctl.inventory.frameworks.tensorflow.host import judge_tensorflow
 
 CPU = {"importable": True, "version": "2.21.0", "distribution": "tensorflow-cpu", "gpus": [],
        "built_with_cuda": False, "tf_keras": None}

@@ -185,11 +185,14 @@ def plan_table(plan: Plan) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from tfctl.inventory.frameworks import framework_of
+
     out = console()
     inv = plan.inventory
+    roles = framework_of(inv.job).roles
     out.print(f"[bold]{inv.name}[/] · style {inv.job.style} · {len(inv.hosts)} hosts · "
               f"{len(plan.tasks)} tasks")
-    for kind in ("ps", "worker", "chief"):
+    for kind in roles:
         if kind in plan.cluster:
             out.print(f"  {kind}_hosts={','.join(plan.cluster[kind])}", soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False)
@@ -201,8 +204,7 @@ def plan_table(plan: Plan) -> None:
             else "free" if t.host in free else t.cuda_visible_devices
         table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, Text(t.command))
     out.print(table)
-    chosen = [k for k in ("ps", "worker", "chief")
-              if any(t.type == k and t.port_chosen_at_up for t in plan.tasks)]
+    chosen = [k for k in roles if any(t.type == k and t.port_chosen_at_up for t in plan.tasks)]
     if chosen:
         low, high = inv.job.ports.free_range
         out.print(f"ports of {', '.join(chosen)} are chosen at up from {low}-{high}: each task "

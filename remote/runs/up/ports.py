@@ -3,9 +3,10 @@
 A task type whose port the inventory does not write (`Task.port_chosen_at_up`) keeps the
 plan's port on a host where it is free and takes a free one of `job.port_range` where it is not
 (the host decides, remote/agent/freeports.py). The client asks in `up`'s check, and again in
-the second check where a host synced or ran its setup; then it plans again with what the hosts
-chose (`inventory.plan.with_ports`), so the manifests, the cluster spec, TF_CONFIG and the
-flags all name the ports the tasks will listen on, and the run's manifest records them. Ports
+the second check where a host synced or ran its setup; then it hands the plan what the hosts
+chose (`inventory.plan.with_ports`: the same tasks, each with what its framework writes from
+the ports, e.g. the cluster spec, TF_CONFIG or the flags, handed again), so the manifests name
+the ports the tasks will listen on, and the run's manifest records them. Ports
 the inventory writes are checked free (`check.judge_ports`) and never moved.
 """
 

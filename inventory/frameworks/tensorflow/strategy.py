@@ -1,9 +1,10 @@
-"""`job.strategy` resolved: the style it implies, the defaults it changes, the keys it forbids.
+"""TensorFlow's `job.strategy` resolved: the style it implies, the defaults it changes, the keys
+it forbids.
 
 Runs in the loader on the validated schema, where it can still tell a key that was written from
 one that was left to its default (`ps: 1` written under multi_worker_mirrored is a mistake; the
 default is 0 there). The rules that need the whole plan (device counts, a chief, parameter
-servers) are in `rules.py`. A file without `strategy:` is planned by its `style` alone: no
+servers) are in `rules.py` beside it. A file without `strategy:` is planned by its `style` alone: no
 default changed, no key forbidden.
 """
 
@@ -108,15 +109,3 @@ def resolve_ports(job: schema.JobSpec, error: ErrorFactory) -> model.Ports:
         values[task_type] = None
     chosen = tuple(t for t in ("ps", "worker", "chief") if t not in written)
     return model.Ports(**values, chosen_at_up=chosen, free_range=schema.port_range(job.port_range))
-
-
-def task_args(job: schema.JobSpec) -> dict[str, tuple[str, ...]]:
-    """`job.task_args` as resolved records, only the types that have some."""
-    spec = job.task_args
-    return {t: tuple(getattr(spec, t)) for t in model.SCRIPT_TYPES if getattr(spec, t)}
-
-
-def task_env(job: schema.JobSpec) -> dict[str, dict[str, str]]:
-    """`job.task_env` as resolved records, only the types that have some."""
-    spec = job.task_env
-    return {t: dict(getattr(spec, t)) for t in model.TASK_TYPES if getattr(spec, t)}

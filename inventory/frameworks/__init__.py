@@ -1,0 +1,53 @@
+"""The frameworks a job can run, by name: how its tasks find each other, one entry each.
+
+A framework is one object (`interface.Framework`) that answers every framework question tfctl
+asks, so that nothing outside this package knows a framework's environment or flags:
+
+- where the job's processes run (`place`: roles, ports, GPU masks; the roles it allows, the
+  worker layouts it runs) and how each learns its place (`hand`: the env and args the
+  framework's code reads, e.g. TensorFlow's TF_CONFIG); `inventory/plan.py` calls both, and
+  `plan.with_ports` calls `hand` again when `up` chose other ports;
+- its rules on a finished plan (`refusals`, `warnings`), which `inventory/rules.py` applies;
+- what `tfctl check` asks each host about it and what it makes of the answer (`asks_host`,
+  `judge_install`, `judge_host`; remote/runs/check.py), and the hints for its known failures in
+  a task's log (`hints`; remote/runs/failure.py).
+
+TensorFlow (`tensorflow/`) is the only entry today, and every job's (`Job.framework`). The files
+a new framework touches:
+
+1. `inventory/frameworks/<name>.py`: the entry, the `Framework` Protocol's members;
+2. this file: one line in `FRAMEWORKS`;
+3. where the inventory names it: the `job.framework` key's values (`inventory/schema.py`) and
+   any key of its own the loader resolves (`inventory/load.py`), as TensorFlow's
+   `job.strategy` is (`tensorflow/strategy.py`);
+4. only if `tfctl check` must ask the hosts something new about it (its version, the GPUs it
+   sees): the agent's probe (`remote/agent/hostops.py` `op_probe` and a module beside
+   `remote/agent/tfprobe.py`, listed in `remote/connect/session/program.py`), the probe
+   request (`remote/agent/vocab.py`, `remote/connect/session/agentops.py`) and the mapping of
+   `asks_host` onto it in `remote/runs/check.py`;
+5. only if `tfctl export slurm` must run it: the sbatch script computes each task's cluster
+   env itself from the allocation (the Slurm exporter's shell part), so it learns the new env
+   there.
+
+The plan builder, `with_ports`, the rules' front, check and the failure hints need no change.
+"""
+
+from __future__ import annotations
+
+from tfctl.inventory.frameworks.interface import Framework, Hint
+from tfctl.inventory.frameworks.tensorflow import TENSORFLOW
+from tfctl.inventory.model import Job
+
+FRAMEWORKS: dict[str, Framework] = {TENSORFLOW.name: TENSORFLOW}
+"""Every framework a job can name, by `Framework.name`."""
+
+
+def framework_of(job: Job) -> Framework:
+    """The framework `job` runs."""
+    return FRAMEWORKS[job.framework]
+
+
+def known_hints() -> tuple[Hint, ...]:
+    """Every framework's known failures, in registry order (a log does not say which
+    framework wrote it, and no two frameworks print the same error)."""
+    return tuple(hint for framework in FRAMEWORKS.values() for hint in framework.hints)

@@ -1,0 +1,147 @@
+"""What a framework is to tfctl: the `Framework` Protocol and the records it takes and gives.
+
+A framework (TensorFlow today) decides how the job's processes find each other. tfctl places
+them (`Framework.place`: which roles on which host, with which port and device mask), then
+hands each one its place in the cluster (`Framework.hand`: the environment and arguments the
+framework's own code reads, e.g. TensorFlow's TF_CONFIG). Everything else a task gets (the
+inventory's env, the script and its args, the working directory) is the plan builder's
+(`inventory/plan.py`), the same whatever the framework.
+
+The records are pure data, so a plan narrowed to a few tasks still knows the whole cluster
+(`tasks.Place`, `Plan.places`) and can be handed new ports (`plan.with_ports`) without the
+inventory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from tfctl.inventory.model import Host, Inventory, Job, WorkerLayout
+from tfctl.inventory.tasks import Place, TaskType
+
+if TYPE_CHECKING:  # (yamlmarks would import PyYAML, which a cached inventory's plan never needs)
+    from tfctl.inventory.tasks import Plan
+    from tfctl.inventory.yamlmarks import PathKey
+
+Level = Literal["ok", "info", "warn", "fail"]
+"""How bad a finding of `tfctl check` is."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Every place of the job, and the cluster as the framework writes it (`Plan.cluster`)."""
+
+    places: tuple[Place, ...]
+    spec: Mapping[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Handed:
+    """What a framework gives one task so that it finds its place in the cluster."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Set over everything else the task's env holds (the inventory's env included)."""
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
+    """Set only where neither tfctl nor the inventory set the variable."""
+    args: tuple[str, ...] = ()
+    """Appended to the task's command line, after every argument the inventory gives."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A refused plan: where to point (the first of `keys` written in the file), what, the fix."""
+
+    keys: tuple[PathKey, ...]
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A known failure: what in a task's log shows it, and what to do."""
+
+    pattern: re.Pattern[str]
+    advice: str
+
+
+class Framework(Protocol):
+    """One entry of the registry (`frameworks/__init__.py`)."""
+
+    name: str
+    """The name a job gives (`Job.framework`)."""
+    title: str
+    """The framework in a sentence: `TensorFlow's tasks must reach each other's ports`."""
+    roles: tuple[TaskType, ...]
+    """The task types it runs, in the order they start (TensorFlow: ps, worker, chief,
+    evaluator); TensorBoard is tfctl's own and comes after them whatever the framework."""
+    cluster_roles: tuple[TaskType, ...]
+    """The roles whose ports the other tasks connect to (what the firewall must let through)."""
+    layouts: tuple[WorkerLayout, ...]
+    """The worker layouts it runs (`job.workers`): one process per GPU, per host, or both."""
+    asks_host: tuple[str, ...]
+    """What `tfctl check` asks each host about it, by the agent probe's name ("tensorflow":
+    remote/agent/tfprobe.py, its version and the GPUs it sees)."""
+    hints: tuple[Hint, ...]
+    """Its known failures in a task's log, the first match wins (remote/runs/failure.py)."""
+
+    def base_env(self, job: Job) -> dict[str, str]:
+        """What every task of the job starts from, before the inventory's env; the plan adds
+        `tasks.COMMON_ENV` where this leaves it out."""
+
+    def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
+        """Every process of the job but TensorBoard, numbered per role, with its port and mask
+        (`addresses`: host name → the name the cluster gives it)."""
+
+    def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
+        """The cluster as `tfctl plan` shows it (`Plan.cluster`), from the places."""
+
+    def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
+        """What `place` is given to find its place in `cluster`; a function of the places'
+        types, indices, addresses, ports and masks only, so that new ports hand new values."""
+
+    def refusals(self, plan: Plan) -> list[Finding]:
+        """What the framework would fail on at run time, in the order a reader fixes them."""
+
+    def warnings(self, plan: Plan) -> tuple[str, ...]:
+        """What runs but fails later or wastes the lab."""
+
+    def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
+        """What the host's probe answer says of the framework's installation (its version)."""
+
+    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                   job: Job) -> list[tuple[Level, str]]:
+        """What the framework said of itself on the host (`asks_host`), against the GPUs the
+        inventory selects there and the job."""
+
+
+# ---------------------------------------------------------------- what placing uses
+
+
+def worker_masks(host: Host, layout: WorkerLayout) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES of each worker on `host`: one per GPU, one for all, or CPU."""
+    if not host.gpus:
+        return [""] * host.cpu_workers
+    if layout == "per_host":
+        return [",".join(str(g) for g in host.gpus)]
+    return [str(g) for g in host.gpus]
+
+
+def host_port(address: str, port: int) -> str:
+    """`address:port`, an IPv6 address in brackets (`[fd00::2]:2222`), as gRPC reads it."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def numbered(places: Sequence[Place], chosen_at_up: Sequence[str]) -> list[Place]:
+    """`places` numbered from 0 within each role, in their order; a place of a role in
+    `chosen_at_up` with a port has that port chosen at up."""
+    counters: dict[str, int] = {}
+    out = []
+    for p in places:
+        n = counters.get(p.type, 0)
+        counters[p.type] = n + 1
+        out.append(Place(p.type, n, p.host, p.address, p.port, p.mask,
+                         p.type in chosen_at_up and p.port is not None))
+    return out

@@ -1,0 +1,129 @@
+"""The framework seam holds a framework that is not TensorFlow: one process per GPU, no ps and no
+chief, a coordinator at the first worker's cluster address on a port chosen like the others, and
+an env of its own per task (torchrun's shape). Registered for the test only: the plan builder,
+`with_ports` and the rules take it without a line of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tfctl.inventory import make_plan, parse_inventory
+from tfctl.inventory.frameworks import FRAMEWORKS
+from tfctl.inventory.frameworks.interface import (
+    Cluster,
+    Finding,
+    Handed,
+    Hint,
+    Level,
+    host_port,
+    numbered,
+    worker_masks,
+)
+from tfctl.inventory.model import Inventory, Job, WorkerLayout
+from tfctl.inventory.plan import Plan, with_ports
+from tfctl.inventory.rules import refusals
+from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
+
+
+class OneGroup:
+    """A stand-in shaped like torchrun's: every worker in one group around worker 0."""
+
+    name: str = "onegroup"
+    title: str = "OneGroup"
+    roles: tuple[TaskType, ...] = ("worker",)
+    cluster_roles: tuple[TaskType, ...] = ("worker",)
+    layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
+    asks_host: tuple[str, ...] = ()
+    hints: tuple[Hint, ...] = ()
+
+    def base_env(self, job: Job) -> dict[str, str]:
+        return dict(COMMON_ENV)
+
+    def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
+        places = [Place("worker", 0, h.name, addresses[h.name], None, mask)
+                  for h in inv.hosts for mask in worker_masks(h, inv.job.workers)]
+        places[0] = replace(places[0], port=inv.job.ports.worker)  # the coordinator's
+        return numbered(places, inv.job.ports.chosen_at_up)
+
+    def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
+        first = places[0]
+        return {"worker": [host_port(first.address, first.port or 0)]}
+
+    def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
+        workers = [p for p in cluster.places if p.type == "worker"]
+        hosts = list(dict.fromkeys(p.host for p in workers))
+        local = [p for p in workers if p.host == place.host]
+        return Handed(env={
+            "MASTER_ADDR": workers[0].address, "MASTER_PORT": str(workers[0].port),
+            "WORLD_SIZE": str(len(workers)), "RANK": str(place.index),
+            "LOCAL_RANK": str(local.index(place)), "LOCAL_WORLD_SIZE": str(len(local)),
+            "GROUP_RANK": str(hosts.index(place.host))})
+
+    def refusals(self, plan: Plan) -> list[Finding]:
+        return []
+
+    def warnings(self, plan: Plan) -> tuple[str, ...]:
+        return ()
+
+    def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
+        return []
+
+    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                   job: Job) -> list[tuple[Level, str]]:
+        return []
+
+
+LAB = """
+name: t
+hosts:
+  - {name: a, gpus: 2, ps: 0, cluster_address: 10.0.0.1}
+  - {name: b, gpus: 1, ps: 0, cluster_address: 10.0.0.2}
+job: {script: ddp.py, tensorboard: {host: b}}
+"""
+
+
+@pytest.fixture
+def onegroup(monkeypatch: pytest.MonkeyPatch) -> Inventory:
+    monkeypatch.setitem(FRAMEWORKS, "onegroup", OneGroup())
+    inv = parse_inventory(LAB)
+    return replace(inv, job=replace(inv.job, framework="onegroup"))
+
+
+def test_each_process_gets_the_frameworks_env_and_no_tensorflow(onegroup: Inventory) -> None:
+    plan = make_plan(onegroup)
+
+    assert [t.name for t in plan.tasks] == ["worker:0", "worker:1", "worker:2", "tensorboard:0"]
+    envs = [dict(t.env) for t in plan.tasks[:3]]
+    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"],
+             e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [
+        ("0", "0", "2", "0", "0"), ("1", "1", "2", "0", "1"), ("2", "0", "1", "1", "0")]
+    assert {(e["MASTER_ADDR"], e["MASTER_PORT"], e["WORLD_SIZE"]) for e in envs} == {
+        ("10.0.0.1", "2223", "3")}
+    assert not any(k.startswith("TF_") for t in plan.tasks for k in t.env)
+    assert plan.tasks[0].argv[1:] == ("ddp.py",)
+    assert [t.port for t in plan.tasks] == [2223, None, None, 6006]
+
+
+def test_a_coordinator_port_chosen_at_up_reaches_every_process(onegroup: Inventory) -> None:
+    plan = make_plan(onegroup)
+    assert plan.task("worker:0").port_chosen_at_up
+
+    moved = with_ports(plan, {"worker:0": 2290})
+
+    assert {t.env["MASTER_PORT"] for t in moved.tasks[:3]} == {"2290"}
+    assert moved.task("worker:0").port == 2290 and moved.cluster == {"worker": ["10.0.0.1:2290"]}
+    assert moved.task("tensorboard:0") == plan.task("tensorboard:0")
+
+
+def test_roles_the_framework_lacks_are_refused(onegroup: Inventory) -> None:
+    with_ps = replace(onegroup, hosts=(replace(onegroup.hosts[0], ps=1), onegroup.hosts[1]))
+    with_chief = replace(onegroup, job=replace(onegroup.job, chief="a"))
+
+    assert [f.message for f in refusals(make_plan(with_ps))] == [
+        "OneGroup has no parameter servers"]
+    assert [f.message for f in refusals(make_plan(with_chief))] == ["OneGroup has no chief"]
+    assert refusals(make_plan(onegroup)) == []
