@@ -1,6 +1,6 @@
 """Which boot of the host this is: the kernel's boot id, and when the host started.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 A run's records carry the boot id they were written under (the manifest, each task's pid record,
 the watcher's). A record from an earlier boot names processes that the host's restart ended,

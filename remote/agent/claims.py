@@ -1,6 +1,6 @@
 """Claims: what each user's tfctl holds or reserves on this host, in a folder every user reads.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 A lab's box is shared by several Unix users, and nvidia-smi names only pids: a run of another
 user is, from /proc alone, a pid whose environment we may not read. So each run leaves a claim
@@ -32,8 +32,9 @@ import stat
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_id
+from tfctl.remote.agent.jsonfile import read_json
 from tfctl.remote.agent.proc import proc_stat, proc_uid, same_process, start_ticks, user_name
-from tfctl.remote.agent.run import read_json, task_file
+from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.state import WATCH_PID
 
 CLAIMS_DIR_VAR = "TFCTL_CLAIMS_DIR"

@@ -1,6 +1,6 @@
 """Room for a run's records on its host: they stop on a full disk, and say so without room.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 The run's watcher (`watch.py`, through `record.py`) writes the records: events, GPU samples,
 owners, speeds. A disk that fills up (the job's checkpoints, another user's files) must not end

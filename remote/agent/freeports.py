@@ -1,6 +1,6 @@
 """Free ports for a run's tasks on this host, so that two runs share it without `ports:`.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 A task whose port the inventory does not write keeps its usual port (the plan's) where that is
 free here, else takes the lowest free port of the job's range. Free means three things, each
@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -76,6 +75,8 @@ def taken_since(ports: Iterable[int]) -> list[int]:
 
 def bindable(port: int) -> bool:
     """Whether a listener could bind `port` on every address now (the bind is undone at once)."""
+    import socket  # here: every agent start would pay for it (~3 ms), few operations bind
+
     for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
             sock = socket.socket(family, socket.SOCK_STREAM)

@@ -1,6 +1,6 @@
 """One host as the lab sees it, reservations, and the idle sampler (`lab`, `reserve`, `release`).
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 Its operations are in the table of `optable.py`.
 
 `lab` answers in one request everything `tfctl lab` shows of a host: nvidia-smi's GPUs and
@@ -16,6 +16,7 @@ since that start, and only while the sampler's last sample is recent.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -29,9 +30,22 @@ from tfctl.remote.agent.claims import (
     sweep_own,
     write_claim,
 )
-from tfctl.remote.agent.main import expand, need
+from tfctl.remote.agent.detach import fork_detached
+from tfctl.remote.agent.jsonfile import read_json, write_json
 from tfctl.remote.agent.proc import cmdline, proc_stat, proc_tags, proc_uid, user_name
-from tfctl.remote.agent.run import AgentError, fork_detached, read_json, write_json
+from tfctl.remote.agent.rundir import expand
+from tfctl.remote.agent.vocab import (
+    ClaimsAnswer,
+    ClaimsRequest,
+    GpuState,
+    HostUser,
+    LabRequest,
+    ReleaseAnswer,
+    ReleaseRequest,
+    ReserveAnswer,
+    ReserveRequest,
+)
+from tfctl.remote.agent.wire import AgentError
 
 IDLE_UTIL_PCT = 5.0
 SAMPLE_S = 10.0
@@ -210,55 +224,61 @@ def idle_report(folder: str, now_s: float) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the operations
 
-def _me() -> dict[str, Any]:
-    return {"uid": os.getuid(), "user": user_name(os.getuid())}
+def _me() -> HostUser:
+    return HostUser(os.getuid(), user_name(os.getuid()))
 
 
-def _claims_answer() -> dict[str, Any]:
+def _claims_answer(me: HostUser) -> ClaimsAnswer:
+    """The claims on this host, ours that are stale or expired removed first."""
     claims, warnings = read_claims()
     removed = sweep_own(claims)
-    return {"me": _me(), "claims": [c for c in claims if c["file"] not in removed],
-            "warnings": warnings, "removed": removed, "now": time.time()}
+    return ClaimsAnswer(me, tuple(c for c in claims if c["file"] not in removed),
+                        tuple(warnings), tuple(removed), time.time())
 
 
-def op_lab(req: dict[str, Any]) -> dict[str, Any]:
-    """Everything `tfctl lab` shows of this host, in one request."""
-    answer = _claims_answer()
+def gpu_state_now(**more: Any) -> GpuState:
+    """The claims (`_claims_answer`), nvidia-smi's GPUs and compute apps and who those
+    processes are (ops `lab`, `gpu_state`), with `more` of `GpuState`'s fields."""
+    found = _claims_answer(_me())
     gpus, apps, error = query_gpus()
     procs = {str(p): describe_holder(p) for p in sorted({a["pid"] for a in apps})}
-    answer.update(hostname=os.uname().nodename, gpus=gpus, apps=apps, error=error, procs=procs)
-    folder = _lab_folder(expand(need(req, "workdir")))
-    if not error and gpus:
-        ensure_sampler(folder, float(req.get("sample_s") or SAMPLE_S),
-                       float(req.get("linger_s") or LINGER_S))
-    answer["idle"] = idle_report(folder, time.time())
-    return answer
+    return GpuState(found.me, found.claims, found.warnings, found.removed, found.now,
+                    gpus=tuple(gpus), apps=tuple(apps), error=error, procs=procs, **more)
 
 
-def op_claims(req: dict[str, Any]) -> dict[str, Any]:
+def op_lab(req: LabRequest) -> GpuState:
+    """Everything `tfctl lab` shows of this host, in one request."""
+    state = gpu_state_now(hostname=os.uname().nodename)
+    folder = _lab_folder(expand(str(req.workdir)))
+    if not state.error and state.gpus:
+        ensure_sampler(folder, float(req.sample_s or SAMPLE_S), float(req.linger_s or LINGER_S))
+    return dataclasses.replace(state, idle=idle_report(folder, time.time()))
+
+
+def op_claims(req: ClaimsRequest) -> ClaimsAnswer:
     """The claims on this host (ours that are stale or expired removed), for `reserve --list`
     and the busy-GPU check."""
-    return _claims_answer()
+    return _claims_answer(_me())
 
 
-def _gpu_list(req: dict[str, Any]) -> list[int]:
-    gpus = need(req, "gpus")
-    if not isinstance(gpus, list) or not all(isinstance(g, int) and g >= 0 for g in gpus):
+def _gpu_list(gpus: Any) -> list[int]:
+    if not isinstance(gpus, (list, tuple)) or not all(isinstance(g, int) and g >= 0
+                                                      for g in gpus):
         raise AgentError("bad_request", "gpus must be a list of GPU indices")
     return sorted(set(gpus))
 
 
-def op_reserve(req: dict[str, Any]) -> dict[str, Any]:
-    """Reserve GPUs (one claim each) until `until`; refused where another user's reservation
+def op_reserve(req: ReserveRequest) -> ReserveAnswer:
+    """Reserve GPUs (one claim each) until `until_s`; refused where another user's reservation
     stands, unless `force`. Our own earlier reservation of a GPU is replaced."""
-    gpus, until = _gpu_list(req), float(need(req, "until"))
-    note = req.get("note")
-    found = _claims_answer()
-    me = found["me"]["uid"]
-    theirs = [c for c in found["claims"] if c["uid"] != me and c["state"] == "live"]
+    gpus, until = _gpu_list(req.gpus), float(req.until_s or 0)  # REQUIRED: given
+    note = req.note
+    found = _claims_answer(_me())
+    me = os.getuid()
+    theirs = [c for c in found.claims if c["uid"] != me and c["state"] == "live"]
     taken = [(g, c) for g in gpus for c in theirs
              if c["kind"] == "reservation" and g in c["gpus"]]
-    if taken and not req.get("force"):
+    if taken and not req.force:
         g, c = taken[0]
         said = f" ({c['note']})" if c.get("note") else ""
         raise AgentError("reserved", f"GPU {g} is reserved by {c['user']} until "
@@ -266,7 +286,7 @@ def op_reserve(req: dict[str, Any]) -> dict[str, Any]:
                          user=c["user"], until=c["until"], gpu=g)
     now_s = time.time()
     for g in gpus:
-        record = {"run_id": None, "job": None, "host": req.get("host"), "since": now_s,
+        record = {"run_id": None, "job": None, "host": req.host, "since": now_s,
                   "until": until, "note": None if note is None else str(note)[:200],
                   "gpus": [g], "tasks": []}
         parse_claim(dict(record, format="tfctl-claim/1", kind="reservation"))
@@ -276,26 +296,24 @@ def op_reserve(req: dict[str, Any]) -> dict[str, Any]:
             raise AgentError("claims", f"cannot reserve GPU {g}: {exc}") from exc
     held = [{"gpu": g, "user": c["user"], "run_id": c["run_id"], "kind": c["kind"],
              "until": c["until"]} for g in gpus for c in theirs if g in c["gpus"]]
-    return {"reserved": gpus, "until": until, "note": note, "others": held, "me": found["me"],
-            "warnings": found["warnings"]}
+    return ReserveAnswer(tuple(gpus), until, note, tuple(held), found.me, found.warnings)
 
 
-def op_release(req: dict[str, Any]) -> dict[str, Any]:
+def op_release(req: ReleaseRequest) -> ReleaseAnswer:
     """Remove our reservations of `gpus`; name any another user holds (not ours to remove)."""
-    gpus = _gpu_list(req)
-    found = _claims_answer()
-    me = found["me"]
+    gpus = _gpu_list(req.gpus)
+    me = _me()
+    found = _claims_answer(me)
     released, missing, others = [], [], []
     for g in gpus:
-        name = claim_file_name(str(me["user"]), "reservation", f"gpu{g}")
+        name = claim_file_name(str(me.user), "reservation", f"gpu{g}")
         if remove_claim(name):
             released.append(g)
             continue
         missing.append(g)
-        others += [{"gpu": g, "user": c["user"], "until": c["until"]} for c in found["claims"]
-                   if c["kind"] == "reservation" and g in c["gpus"] and c["uid"] != me["uid"]]
-    return {"released": released, "not_reserved": missing, "others": others, "me": me,
-            "warnings": found["warnings"]}
+        others += [{"gpu": g, "user": c["user"], "until": c["until"]} for c in found.claims
+                   if c["kind"] == "reservation" and g in c["gpus"] and c["uid"] != me.uid]
+    return ReleaseAnswer(tuple(released), tuple(missing), tuple(others), me, found.warnings)
 
 
 def _reserved_until(wall_s: float) -> str:

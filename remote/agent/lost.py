@@ -1,6 +1,6 @@
 """Starting again the tasks of a run that are lost on this host (`tfctl restart`).
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 Its operations are in the table of `optable.py`.
 
 A task is lost when neither it nor its supervisor runs and it never recorded its end: most often
@@ -20,20 +20,13 @@ from typing import Any
 
 from tfctl.remote.agent.boot import booted_at
 from tfctl.remote.agent.claims import claim_run
-from tfctl.remote.agent.main import expand
-from tfctl.remote.agent.run import (
-    AgentError,
-    launch_tasks,
-    load_manifest,
-    manifest_tasks,
-    now,
-    read_json,
-    run_dir_of,
-    task_file,
-)
+from tfctl.remote.agent.jsonfile import now, read_json
+from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of, task_file
 from tfctl.remote.agent.state import observe
+from tfctl.remote.agent.supervisor import launch_tasks
 from tfctl.remote.agent.vocab import RestartLostAnswer, RunRef
 from tfctl.remote.agent.watch import start_watcher
+from tfctl.remote.agent.wire import AgentError
 
 
 def lost_tasks(run_dir: str, run_id: str, manifest: dict[str, Any],

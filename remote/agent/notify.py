@@ -1,6 +1,6 @@
 """Word when a run ends (`job.notify`), sent from the chief's host with no client connected.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 The client writes `notify` ({"command", "webhook"}) into one host's manifest only: the host of
 the first task whose end is the job's (the chief, else worker 0), where the watcher knows the
@@ -24,7 +24,8 @@ import os
 import time
 from typing import Any
 
-from tfctl.remote.agent.run import fork_detached, write_json
+from tfctl.remote.agent.detach import fork_detached
+from tfctl.remote.agent.jsonfile import write_json
 
 NOTIFY_FILE = "notify.json"
 COMMAND_TIMEOUT_S = 120.0

@@ -9,7 +9,7 @@ ones know only the old name and refuse the new one with `Field "clocks_event_rea
 not a valid field to query.`, failing the whole query). An unknown property fails the whole
 query, so a query names each property in a spelling the driver listed.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8. The agent files are
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8. The agent files are
 joined into one module on the hosts, so every top-level name here carries `NVSMI`/`nvsmi`.
 """
 

@@ -1,14 +1,16 @@
 """Every operation of the agent, by the name the client sends: its handler and its request, and
 the agent's entry points, `main` (one request) and `serve` (a session of them).
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 Last in the program: the table names the handlers of every module before it, and is the only
 place an operation is added.
 
 An answer is `{"ok": true, "v": WIRE_VERSION, "result": ...}` or `{"ok": false, "v": ...,
 "error": "<one sentence>", "kind": "<machine-readable>", ...}`. A request carries the client's
-`v`; one of another version is refused (kind `wire_version`) before anything is done, so that a
-client and an agent of different tfctl versions never act on each other's misread words.
+`v`; one of another version, or of none, is refused (kind `wire_version`) before anything is
+done, so that a client and an agent of different tfctl versions never act on each other's
+misread words. A request is read into its record (vocab.py), whose `REQUIRED` fields it must
+have (kind `bad_request`), and each operation answers with a record.
 """
 
 from __future__ import annotations
@@ -18,32 +20,36 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tfctl.remote.agent.lab import op_claims, op_lab, op_release, op_reserve
-from tfctl.remote.agent.lost import op_restart_lost
-from tfctl.remote.agent.main import (
+from tfctl.remote.agent.hostops import (
     hostname,
     op_connect,
-    op_finish,
-    op_launch,
     op_listen,
-    op_logs,
     op_ports,
-    op_prepare,
     op_probe,
     op_procs,
     op_put_files,
+    op_sync_diff,
+)
+from tfctl.remote.agent.lab import op_claims, op_lab, op_release, op_reserve
+from tfctl.remote.agent.lost import op_restart_lost
+from tfctl.remote.agent.runops import (
+    op_finish,
+    op_launch,
+    op_logs,
+    op_prepare,
     op_runs,
     op_status,
     op_stop,
-    op_sync_diff,
     op_wait_ports,
 )
-from tfctl.remote.agent.run import AgentError
 from tfctl.remote.agent.tickets import op_gpu_state, op_ticket_drop, op_ticket_put
 from tfctl.remote.agent.up import op_up_check, op_up_go, op_up_mark
 from tfctl.remote.agent.vocab import (
+    ClaimsRequest,
     ConnectRequest,
     FinishRequest,
+    GpuStateRequest,
+    LabRequest,
     LaunchRequest,
     ListenRequest,
     LogsRequest,
@@ -52,20 +58,23 @@ from tfctl.remote.agent.vocab import (
     ProbeRequest,
     ProcsRequest,
     PutFilesRequest,
+    ReleaseRequest,
+    ReserveRequest,
     RunRef,
     RunsRequest,
     StatusRequest,
     StopRequest,
     SyncDiffRequest,
+    TicketRequest,
     UpCheckRequest,
     UpGoRequest,
     WaitPortsRequest,
     Wire,
 )
-from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK, WIRE_VERSION
+from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK, WIRE_VERSION, AgentError
 
-OPS: dict[str, tuple[Callable[[Any], Any], type[Wire] | None]] = {
-    # op name: (handler, its request's record; None: the handler reads the request's dict)
+OPS: dict[str, tuple[Callable[[Any], Wire], type[Wire]]] = {
+    # op name: (handler, its request's record)
     "probe": (op_probe, ProbeRequest),
     "ports": (op_ports, PortsRequest),
     "listen": (op_listen, ListenRequest),
@@ -85,38 +94,34 @@ OPS: dict[str, tuple[Callable[[Any], Any], type[Wire] | None]] = {
     "up_go": (op_up_go, UpGoRequest),
     "up_mark": (op_up_mark, RunRef),
     "restart_lost": (op_restart_lost, RunRef),
-    "lab": (op_lab, None),
-    "claims": (op_claims, None),
-    "reserve": (op_reserve, None),
-    "release": (op_release, None),
-    "gpu_state": (op_gpu_state, None),
-    "ticket_put": (op_ticket_put, None),
-    "ticket_drop": (op_ticket_drop, None),
+    "lab": (op_lab, LabRequest),
+    "claims": (op_claims, ClaimsRequest),
+    "reserve": (op_reserve, ReserveRequest),
+    "release": (op_release, ReleaseRequest),
+    "gpu_state": (op_gpu_state, GpuStateRequest),
+    "ticket_put": (op_ticket_put, TicketRequest),
+    "ticket_drop": (op_ticket_drop, TicketRequest),
 }
 
 
-def answer_to(req: dict[str, Any]) -> Any:
+def answer_to(req: dict[str, Any]) -> dict[str, Any]:
     """The result of one request (its record as wire data), or AgentError."""
     op = str(req.get("op"))
     version = req.get("v")
-    if version is not None and version != WIRE_VERSION:
+    if version != WIRE_VERSION:
+        said = "no version" if version is None else f"version {version}"
         raise AgentError("wire_version", f"the agent on {hostname()} speaks wire version "
-                         f"{WIRE_VERSION}, the request version {version}: nothing was done")
+                         f"{WIRE_VERSION}, the request {said}: nothing was done")
     found = OPS.get(op)
     if found is None:
         raise AgentError("unknown_op", f"unknown agent operation {req.get('op')!r}")
     handler, request = found
-    if request is None:
-        return _as_wire(handler(req))
     typed = request.from_wire(req)
     missing = typed.missing()
     if missing:
-        raise AgentError("bad_request", f"the {op} request needs '{missing[0]}'")
-    return _as_wire(handler(typed))
-
-
-def _as_wire(result: Any) -> Any:
-    return result.to_wire() if isinstance(result, Wire) else result
+        key = request.WIRE_NAMES.get(missing[0], missing[0])
+        raise AgentError("bad_request", f"the {op} request needs '{key}'")
+    return handler(typed).to_wire()
 
 
 def main(req: dict[str, Any], mark: str = "") -> None:

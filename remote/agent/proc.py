@@ -1,7 +1,7 @@
 """The agent's eyes on a Linux host: processes, their tfctl tags, and listening sockets, via /proc.
 
-This file is part of the agent program (`agent.py` sends it ahead of its own source), so it keeps
-the agent's rules: stdlib only, Python >= 3.8 on the host, no tfctl imports. Every read tolerates
+Part of the agent program (`__init__.py`), so it keeps the agent's rules: stdlib only,
+Python >= 3.8 on the host, no tfctl imports. Every read tolerates
 a process vanishing mid-scan (ENOENT, ESRCH) or belonging to someone else (EACCES): a scan is a
 best-effort photograph, and callers re-scan rather than trust one.
 

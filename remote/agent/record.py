@@ -1,6 +1,6 @@
 """What a run records about itself on each host, for `tfctl report` the morning after.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 The run's watcher (`watch.py`) drives it, so recording needs no client connected:
 
 - `gpus.json`: the host's GPUs once (index, uuid, name, memory total), the recording's start, and
@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.disk import RecordSpace
+from tfctl.remote.agent.jsonfile import now, read_json, write_json
 from tfctl.remote.agent.nvfields import (
     NVSMI_RECORD_ATTRS,
     nvsmi_error_line,
@@ -36,7 +37,7 @@ from tfctl.remote.agent.nvfields import (
     nvsmi_spellings,
 )
 from tfctl.remote.agent.proc import proc_tags, proc_uid, user_name
-from tfctl.remote.agent.run import now, read_json, task_file, write_json
+from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.speed import SpeedReader
 
 GPU_LOG_CAP_BYTES = 64 << 20
@@ -325,7 +326,7 @@ class ThroughputTail:
             try:
                 with open(path, "rb") as log:
                     if os.fstat(log.fileno()).st_size < self.offsets[name]:
-                        self.offsets[name] = 0  # rotated (run.py's TaskLog): a new file
+                        self.offsets[name] = 0  # rotated (tasklog.py's TaskLog): a new file
                     log.seek(self.offsets[name])
                     data = log.read(1 << 20)
             except OSError:

@@ -11,7 +11,7 @@ is the number):
 - `12.5 steps/s`.
 A line of a progress bar redrawn in place (`\\r`) is read from its last drawing.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8; every top-level name is
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8; every top-level name is
 unique among the agent files, which are joined into one module on the hosts.
 """
 

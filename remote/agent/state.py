@@ -1,6 +1,6 @@
 """What a run's tasks are doing now, waiting for their ports, and stopping exactly them.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 A task's processes are those tagged with its `TFCTL_RUN_ID`/`TFCTL_TASK` (children that left the
 group with `setsid` included) plus the members of its recorded process group, the group counting
@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from tfctl.remote.agent.boot import booted_at, from_other_boot
+from tfctl.remote.agent.jsonfile import now, read_json, write_json
 from tfctl.remote.agent.proc import (
     group_members,
     listening_sockets,
@@ -26,15 +27,8 @@ from tfctl.remote.agent.proc import (
     socket_owners,
     tagged_processes,
 )
-from tfctl.remote.agent.run import (
-    log_tail,
-    manifest_tasks,
-    now,
-    read_json,
-    runs_root,
-    task_file,
-    write_json,
-)
+from tfctl.remote.agent.rundir import manifest_tasks, runs_root, task_file
+from tfctl.remote.agent.tasklog import log_tail
 from tfctl.remote.agent.vocab import TaskRecord
 
 ENDED = ("exited", "killed", "stopped", "lost")

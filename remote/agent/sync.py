@@ -1,10 +1,10 @@
 """The agent's sync check: which of the source's paths differ on this host.
 
-Part of the agent program (see `agent.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 rsync's quick check (type, size, whole-second mtime, mode; a link's target) is computed alike on
-the client's source (sync.py imports `entry_signature` from here, which is why this file imports
-nothing of the agent's) and on the host's copy, so that an unchanged tree costs one round trip
-and a changed one is rsynced for just those paths.
+the client's source (remote/sync/put.py and rsync.py import `entry_signature` from here, which
+is why this file imports nothing of the agent's) and on the host's copy, so that an unchanged
+tree costs one round trip and a changed one is rsynced for just those paths.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The agent's question to TensorFlow itself: its version, its package, the GPUs it sees.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, no tfctl imports.
 `import tensorflow` costs seconds and hundreds of MB, so the answer is asked of a child process
 of the host's python once and kept in `~/.cache/tfctl/tf-probe.json`, keyed by the interpreter's
 real path, its mtime and the installed TensorFlow distribution's version: `tfctl check` asks

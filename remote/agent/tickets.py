@@ -1,6 +1,6 @@
 """Queue tickets: jobs that wait for GPUs of this host, in a folder every user reads.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 Its operations are in the table of `optable.py`.
 
 `tfctl up --when-free` leaves a ticket on each host whose GPUs the job needs: who waits (the
@@ -22,6 +22,7 @@ need of a host: nvidia-smi's GPUs and compute apps, who those processes are, the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -34,10 +35,16 @@ from tfctl.remote.agent.claims import (
     folder_problem,
     read_owned,
 )
-from tfctl.remote.agent.lab import _claims_answer, describe_holder, query_gpus
-from tfctl.remote.agent.main import need
+from tfctl.remote.agent.lab import gpu_state_now
 from tfctl.remote.agent.proc import user_name
-from tfctl.remote.agent.run import AgentError
+from tfctl.remote.agent.vocab import (
+    GpuState,
+    GpuStateRequest,
+    TicketDropAnswer,
+    TicketPutAnswer,
+    TicketRequest,
+)
+from tfctl.remote.agent.wire import AgentError
 
 TICKET_FORMAT = "tfctl-ticket/1"
 TICKET_MAX_BYTES = 16 * 1024
@@ -152,53 +159,51 @@ def _own_ticket(ident: str, tickets: list[dict[str, Any]]) -> dict[str, Any] | N
     return next((t for t in tickets if t["uid"] == os.getuid() and t["id"] == ident), None)
 
 
-def op_ticket_put(req: dict[str, Any]) -> dict[str, Any]:
-    """Queue (or refresh) our ticket `id` for `gpus` or `count` free GPUs of this host; a
+def op_ticket_put(req: TicketRequest) -> TicketPutAnswer:
+    """Queue (or refresh) our ticket `ticket_id` for `gpus` or `count` free GPUs of this host; a
     refreshed ticket keeps its place (its `queued` stamp)."""
-    ident = str(need(req, "id"))
+    ident = str(req.ticket_id)
     now_s = time.time()
     tickets, _ = read_tickets(now_s)
     mine = _own_ticket(ident, tickets)
-    record = {"id": ident, "job": req.get("job"), "gpus": req.get("gpus"),
-              "count": req.get("count"), "client": req.get("client"),
-              "queued": mine["queued"] if mine else now_s, "beat": now_s}
+    queued = float(mine["queued"]) if mine else now_s
+    record = {"id": ident, "job": req.job, "gpus": None if req.gpus is None else list(req.gpus),
+              "count": req.count, "client": req.client, "queued": queued, "beat": now_s}
     try:
         _ticket_write(record)
     except ValueError as exc:
         raise AgentError("bad_request", f"not a ticket: {exc}") from exc
-    return {"queued": record["queued"], "now": now_s}
+    return TicketPutAnswer(queued, now_s)
 
 
-def op_ticket_drop(req: dict[str, Any]) -> dict[str, Any]:
-    """Remove our ticket `id` (only the owner's uid may: checked on the file)."""
-    ident = str(need(req, "id"))
+def op_ticket_drop(req: TicketRequest) -> TicketDropAnswer:
+    """Remove our ticket `ticket_id` (only the owner's uid may: checked on the file)."""
+    ident = str(req.ticket_id)
     me = user_name(os.getuid()) or str(os.getuid())
     path = os.path.join(tickets_dir(), ticket_file_name(me, ident))
     try:
         st = os.lstat(path)
         if st.st_uid != os.getuid():
-            return {"dropped": False}
+            return TicketDropAnswer(False)
         os.unlink(path)
     except OSError:
-        return {"dropped": False}
-    return {"dropped": True}
+        return TicketDropAnswer(False)
+    return TicketDropAnswer(True)
 
 
-def op_gpu_state(req: dict[str, Any]) -> dict[str, Any]:
+def op_gpu_state(req: GpuStateRequest) -> GpuState:
     """GPUs, compute apps, their processes and the claims (as `lab` has them, without the idle
     sampler); with `tickets`, the queue too, after refreshing our ticket `beat` if named."""
-    answer = _claims_answer()
-    gpus, apps, error = query_gpus()
-    procs = {str(p): describe_holder(p) for p in sorted({a["pid"] for a in apps})}
-    answer.update(gpus=gpus, apps=apps, error=error, procs=procs)
-    if req.get("beat"):
+    state = gpu_state_now()
+    if req.beat:
         now_s = time.time()
         found, _ = read_tickets(now_s)
-        mine = _own_ticket(str(req["beat"]), found)
+        mine = _own_ticket(str(req.beat), found)
         if mine is not None:
             _ticket_write(dict({k: mine[k] for k in ("id", "job", "gpus", "count", "client",
                                                      "queued")}, beat=now_s))
-    if req.get("tickets"):
-        stale_s = float(req.get("stale_s") or TICKET_STALE_S)
-        answer["tickets"], answer["ticket_warnings"] = read_tickets(time.time(), stale_s)
-    return answer
+    if req.tickets:
+        stale_s = float(req.stale_s or TICKET_STALE_S)
+        queue, warnings = read_tickets(time.time(), stale_s)
+        state = dataclasses.replace(state, tickets=tuple(queue), ticket_warnings=tuple(warnings))
+    return state

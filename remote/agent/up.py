@@ -1,6 +1,6 @@
 """`tfctl up` on one host in two requests: every check in one, the start in the other.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 Its operations are in the table of `optable.py`.
 
 `up_check` answers everything `up` must know before it may start anything anywhere: whether
@@ -31,26 +31,16 @@ from typing import Any
 
 from tfctl.remote.agent.claims import claim_run, read_claims
 from tfctl.remote.agent.freeports import release, taken_since
-from tfctl.remote.agent.main import (
-    choose_from,
-    expand,
-    op_prepare,
-    op_status,
-    port_states,
-    start_states,
-)
+from tfctl.remote.agent.hostops import choose_from, port_states
+from tfctl.remote.agent.jsonfile import now, write_json
 from tfctl.remote.agent.proc import user_name
-from tfctl.remote.agent.run import (
-    AgentError,
-    launch_tasks,
-    load_manifest,
-    manifest_tasks,
-    now,
-    run_dir_of,
-    write_json,
-)
+from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of
+from tfctl.remote.agent.runops import op_prepare, op_status, start_states
+from tfctl.remote.agent.supervisor import launch_tasks
 from tfctl.remote.agent.sync import sync_diff
 from tfctl.remote.agent.vocab import (
+    ClaimsAnswer,
+    HostUser,
     LaunchAnswer,
     PrepareRequest,
     RunRef,
@@ -60,9 +50,11 @@ from tfctl.remote.agent.vocab import (
     UpCheckRequest,
     UpGo,
     UpGoRequest,
+    UpMark,
 )
 from tfctl.remote.agent.wait import wait_until_up
 from tfctl.remote.agent.watch import UP_MARK, start_watcher
+from tfctl.remote.agent.wire import AgentError
 
 SETUP_FOLDER = ".tfctl/setup"
 
@@ -77,8 +69,8 @@ def op_up_check(req: UpCheckRequest) -> UpCheck:
     if req.gpus_script:
         gpus = gpus_listing(req.gpus_script)
         found, warnings = read_claims()  # other users' runs and reservations (claims.py)
-        claims = {"me": {"uid": os.getuid(), "user": user_name(os.getuid())},
-                  "claims": found, "warnings": warnings}
+        claims = ClaimsAnswer(HostUser(os.getuid(), user_name(os.getuid())), tuple(found),
+                              tuple(warnings))
     # ports chosen at up are bind-probed and leased (freeports.py)
     return UpCheck(sync, setup, None if gpus is None else str(gpus["stdout"] or ""),
                    port_states(req.ports), claims,
@@ -182,9 +174,10 @@ def _copy_setup_log(source: str, target: str) -> None:
         shutil.copyfile(source, target)
 
 
-def op_up_mark(req: RunRef) -> dict[str, Any]:
+def op_up_mark(req: RunRef) -> UpMark:
     """`up` verified every task of the run on every host: the watcher may trust it."""
     run_dir = run_dir_of(expand(str(req.workdir)), str(req.run_id))
     load_manifest(run_dir)
-    write_json(os.path.join(run_dir, UP_MARK), {"up_at": now()})
-    return {}
+    mark = UpMark(now())
+    write_json(os.path.join(run_dir, UP_MARK), mark.to_wire())
+    return mark

@@ -1,6 +1,6 @@
 """The agent's vocabulary: every request tfctl sends a host's agent and every answer it reads.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, no tfctl imports. The same
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, no tfctl imports. The same
 classes are the client's (`connect/session/agentops.py` builds the requests and reads the
 answers with them) and the agent's (its `op_*` functions read the requests and answer with
 them), so a field is written once, here, and both sides agree on its name, its default and its
@@ -11,7 +11,13 @@ both over `dataclasses.fields`: keys the class does not know are ignored and a k
 the field's default, so a record of an older agent still reads. A class names where it differs
 from that rule in two small tables: `WIRE_NAMES` (a field's key on the wire, where the agent has
 always spelt it otherwise) and `NESTED` (the record class of a field that holds records: one,
-a tuple of them, or a dict of them by name).
+a tuple of them, or a dict of them by name). A request's `REQUIRED` fields are checked by the
+agent before its operation runs (`optable.answer_to`).
+
+Equality, hash and repr are `Wire`'s, over the same fields, rather than made for each class
+(`eq=False, repr=False`): every agent start builds every class, and each method dataclasses
+makes costs it an `exec`; so does a class without a docstring (dataclasses writes one from
+`inspect.signature`), which is why every record has one.
 
 `WIRE_VERSION` (wire.py) travels in every request and every answer: an agent that finds another
 version in a request refuses it (kind `wire_version`) without acting on it, and the client tells
@@ -92,6 +98,21 @@ class Wire:
         """The `REQUIRED` fields this request lacks."""
         return [name for name in self.REQUIRED if getattr(self, name) is None]
 
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name, _, _, _ in self._fields())
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        said = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _, _ in self._fields())
+        return f"{type(self).__name__}({said})"
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Wire):
@@ -128,7 +149,7 @@ def _read(nested: tuple[str, type[Wire]], value: Any) -> Any:
 
 # ---------------------------------------------------------------- a task
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class TaskRecord(Wire):
     """One task of a run: what the plan made of it (as the run's manifest carries it: name, host,
     port, mask) and what its host's agent sees of it now (state, processes, exit, log).
@@ -181,9 +202,9 @@ class TaskRecord(Wire):
             object.__setattr__(self, "index", int(index) if index.isdigit() else -1)
 
 
-# ---------------------------------------------------------------- ports
+# ---------------------------------------------------------------- the host itself
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PortState(Wire):
     """One port on a host: free, or the process listening on it where this user may see it."""
 
@@ -211,8 +232,10 @@ class PortState(Wire):
         return self.to_wire()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PortsRequest(Wire):
+    """Whether these ports are free (op `ports`), free ports to choose, or leases to drop."""
+
     ports: tuple[int, ...] = ()
     choose: dict[str, Any] | None = None
     """Ports to choose for the tasks `job.ports` writes none for (agent/freeports.py)."""
@@ -220,8 +243,10 @@ class PortsRequest(Wire):
     """The lease token of an `up` that will not start: its leases go."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PortsAnswer(Wire):
+    """Each port asked about (`PortState`), and the ports chosen where asked."""
+
     NESTED = {"ports": (MANY, PortState)}
 
     ports: tuple[PortState, ...] = ()
@@ -229,33 +254,108 @@ class PortsAnswer(Wire):
     """{"chosen": {task: port}, "short": [tasks no free port was left for]}."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ListenRequest(Wire):
+    """Hold these ports open for `seconds` in a detached listener (op `listen`)."""
+
     ports: tuple[int, ...] = ()
     seconds: float = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ConnectRequest(Wire):
+    """TCP connects from the host to each `address:port` (op `connect`)."""
+
     targets: tuple[str, ...] = ()
     timeout_s: float = 3.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ProbeRequest(Wire):
+    """What the host has (op `probe`); `ask_tf`: what TensorFlow says of itself too."""
+
     workdir: str | None = None
     ask_tf: bool = False
     fresh: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ProcsRequest(Wire):
+    """Who each of these pids is (op `procs`)."""
+
     pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ProcsAnswer(Wire):
+    """Who each pid is (op `procs`): user, command, tfctl run and task; None for a pid gone."""
+
+    procs: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """pid (a string, as JSON keys are) → what /proc says of it (`proc.describe_process`)."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ProbeAnswer(Wire):
+    """What the host has (op `probe`): its Python, TensorFlow, nvidia-smi, rsync, the workdir."""
+
+    tensorflow: dict[str, Any] | None = None
+    """What TensorFlow says of itself (tfprobe.py), where the request asked (`ask_tf`)."""
+    tf_distributions: dict[str, str] = field(default_factory=dict)
+    """Each TensorFlow distribution installed → its version."""
+    python: str = ""
+    executable: str = ""
+    tf_version: str | None = None
+    nvidia_smi: str | None = None
+    """Where nvidia-smi is on the PATH (None: not there)."""
+    home: str = ""
+    workdir: str | None = None
+    """The workdir, expanded on the host."""
+    workdir_free_bytes: int | None = None
+    hostname: str = ""
+    rsync: str | None = None
+    """Where rsync is on the PATH (None: not there)."""
+    user: str | None = None
+    uid: int | None = None
+    configured_python_missing: bool = False
+    """The inventory's `python:` does not exist there (the agent runs on the host's python3)."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ListenAnswer(Wire):
+    """The ports a detached listener holds for a while (op `listen`), for peers to try."""
+
+    bound: tuple[int, ...] = ()
+    busy: dict[str, str] = field(default_factory=dict)
+    """port → why it could not be bound."""
+    pid: int | None = None
+    """The listener's process (None: no port was bound)."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConnectResult(Wire):
+    """One TCP connect from the host to `address:port`."""
+
+    target: str = ""
+    ok: bool = False
+    error: str | None = None
+    why: str | None = None
+    """unresolved (no address for the name: no firewall is to blame) | refused | timeout |
+    error; None when it connected."""
+    elapsed_ms: float | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConnectAnswer(Wire):
+    """Each connect the host tried (op `connect`), in the request's order."""
+
+    NESTED = {"targets": (MANY, ConnectResult)}
+
+    targets: tuple[ConnectResult, ...] = ()
 
 
 # ---------------------------------------------------------------- sync
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SyncDiff(Wire):
     """Which listed paths differ in the host's workdir (op `sync_diff`, which also creates it)."""
 
@@ -270,8 +370,10 @@ class SyncDiff(Wire):
     """Those paths, or None when there are too many to list (rsync the whole tree)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SyncDiffRequest(Wire):
+    """Which of the listed paths differ in the workdir (op `sync_diff`)."""
+
     REQUIRED = ("workdir", "entries")
 
     workdir: str | None = None
@@ -279,16 +381,20 @@ class SyncDiffRequest(Wire):
     """[path, signature] as JSON, zlib, base64 (`sync/listing.py`)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PutFilesRequest(Wire):
+    """Small files written under the workdir in one request (op `put_files`)."""
+
     REQUIRED = ("workdir", "files")
 
     workdir: str | None = None
     files: Any = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PutAnswer(Wire):
+    """What `put_files` wrote, or why it refused."""
+
     written: tuple[str, ...] = ()
     bytes: int = 0
     refused: str | None = None
@@ -296,8 +402,10 @@ class PutAnswer(Wire):
 
 # ---------------------------------------------------------------- a run's life
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PrepareRequest(Wire):
+    """Make the run's directory and write its manifest (op `prepare`)."""
+
     REQUIRED = ("workdir", "run_id", "manifest")
 
     workdir: str | None = None
@@ -305,20 +413,26 @@ class PrepareRequest(Wire):
     manifest: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PrepareAnswer(Wire):
+    """The run prepared, and its directory on the host."""
+
     run_id: str = ""
     run_dir: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class TaskPid(Wire):
+    """A started task's process and process group."""
+
     pid: int = 0
     pgid: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class LaunchRequest(Wire):
+    """Start tasks of a prepared run, and its watcher (op `launch`)."""
+
     REQUIRED = ("workdir", "run_id")
 
     workdir: str | None = None
@@ -327,8 +441,10 @@ class LaunchRequest(Wire):
     """The tasks to start (every task of the run when None)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class LaunchAnswer(Wire):
+    """The tasks started, the run's watcher, and a claim not left (a warning)."""
+
     NESTED = {"tasks": (BY_NAME, TaskPid)}
 
     tasks: dict[str, TaskPid] = field(default_factory=dict)
@@ -336,7 +452,7 @@ class LaunchAnswer(Wire):
     claim_warning: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RestartLostAnswer(Wire):
     """The lost tasks a host started again (op `restart_lost`), and its watcher."""
 
@@ -350,7 +466,7 @@ class RestartLostAnswer(Wire):
     claim_warning: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StartState(Wire):
     """How a starting task is doing after a wait for its port."""
 
@@ -373,8 +489,10 @@ class StartState(Wire):
             self.state == "exited" and self.exit_code == 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class WaitPortsRequest(Wire):
+    """Wait for tasks to listen on their ports or end (op `wait_ports`)."""
+
     REQUIRED = ("workdir", "run_id")
 
     workdir: str | None = None
@@ -383,16 +501,20 @@ class WaitPortsRequest(Wire):
     timeout_s: float = 30.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class WaitPortsAnswer(Wire):
+    """Each task's state after the wait, and whether all of them started."""
+
     NESTED = {"tasks": (BY_NAME, StartState)}
 
     tasks: dict[str, StartState] = field(default_factory=dict)
     ready: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StatusRequest(Wire):
+    """One host's view of a run (op `status`), with `tail` log lines per task."""
+
     REQUIRED = ("workdir",)
 
     workdir: str | None = None
@@ -401,7 +523,7 @@ class StatusRequest(Wire):
     tail: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StatusAnswer(Wire):
     """One host's view of a run (op `status`): each of its tasks' records, and the run's."""
 
@@ -425,8 +547,10 @@ class StatusAnswer(Wire):
             object.__setattr__(self, "tasks", tuple(TaskRecord.from_wire(t) for t in self.tasks))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StopRequest(Wire):
+    """Stop a run's tasks on the host: TERM, grace, KILL, verify (op `stop`)."""
+
     REQUIRED = ("workdir", "run_id")
 
     workdir: str | None = None
@@ -438,7 +562,7 @@ class StopRequest(Wire):
     grace_s: float = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StopAnswer(Wire):
     """What stopping (part of) a run on one host did (op `stop`), verified by the agent."""
 
@@ -456,8 +580,10 @@ class StopAnswer(Wire):
         return not self.remaining_pids and not self.gpu_pids
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class FinishRequest(Wire):
+    """Record how the run ended on the host (op `finish`)."""
+
     REQUIRED = ("workdir", "run_id")
 
     workdir: str | None = None
@@ -466,16 +592,48 @@ class FinishRequest(Wire):
     """How the run ended: {"state", "exit_code", "cause"}."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
+class FinishAnswer(Wire):
+    """How the run ended, as the host recorded it in the run's `finished.json` (op `finish`)."""
+
+    status: dict[str, Any] | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class RunsRequest(Wire):
+    """The runs the host's workdir holds (op `runs`)."""
+
     REQUIRED = ("workdir",)
 
     workdir: str | None = None
+    energy: bool = False
+    """Answer each run's `gpu_costs` too (energy.py): read from gpu.csv, so only when asked."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuCost(Wire):
+    """What one GPU of the host cost a run (energy.py says how each number is found)."""
+
+    index: int = 0
+    name: str = ""
+    held_s: float = 0.0
+    """How long the run's tasks held it (GPU-hours: / 3600)."""
+    energy_wh: float | None = None
+    """The board's energy while held; None when unknown (`energy_unknown` says why), never 0."""
+    energy_unknown: str | None = None
+    unsampled_s: float | None = None
+    """Seconds of the hold without a power reading: where > 0, energy_wh is a lower bound."""
+    shared_with: tuple[str, ...] = ()
+    """Other owners seen on it while held (`run:<id>:<task>`, `foreign:<user>`): the board is
+    measured whole, so energy_wh includes theirs."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class RunRecord(Wire):
     """One run a host's workdir holds (op `runs`)."""
+
+    NESTED = {"gpu_costs": (MANY, GpuCost)}
 
     run_id: str = ""
     live: bool = False
@@ -485,17 +643,21 @@ class RunRecord(Wire):
     inventory: str | None = None
     outputs: tuple[str, ...] = ()
     finished: dict[str, Any] | None = None
+    gpu_costs: tuple[GpuCost, ...] | None = None
+    """Each GPU the run held here, what it cost; None unless the request asked for `energy`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunsAnswer(Wire):
+    """The runs of a host's workdir (op `runs`)."""
+
     NESTED = {"runs": (MANY, RunRecord)}
 
     runs: tuple[RunRecord, ...] = ()
     """Newest first."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunRef(Wire):
     """A request about one run of the host: `up_mark`, `restart_lost` (with `tasks`)."""
 
@@ -508,8 +670,10 @@ class RunRef(Wire):
 
 # ---------------------------------------------------------------- logs
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class LogChunk(Wire):
+    """A piece of a task's log, read from an offset (or its last lines)."""
+
     data: str = ""
     offset: int = 0
     """Where the next read of this log starts."""
@@ -518,8 +682,10 @@ class LogChunk(Wire):
     size: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class LogsRequest(Wire):
+    """Each task's log from an offset, or its last lines (op `logs`)."""
+
     REQUIRED = ("workdir", "run_id")
 
     workdir: str | None = None
@@ -531,17 +697,190 @@ class LogsRequest(Wire):
     tail_lines: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class LogsAnswer(Wire):
+    """Each task's piece of log, by task name."""
+
     NESTED = {"logs": (BY_NAME, LogChunk)}
 
     logs: dict[str, LogChunk] = field(default_factory=dict)
 
 
+# ---------------------------------------------------------------- the lab and its queue
+
+@dataclass(frozen=True, eq=False, repr=False)
+class HostUser(Wire):
+    """Who tfctl is on the host: the login's uid and user name."""
+
+    uid: int | None = None
+    user: str | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ClaimsRequest(Wire):
+    """The host's claims (op `claims`): it names nothing."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ClaimsAnswer(Wire):
+    """The host's claims (op `claims`, and `up_check` where a task uses GPUs), with their state;
+    ours that were stale or expired are removed first."""
+
+    NESTED = {"me": (ONE, HostUser)}
+
+    me: HostUser | None = None
+    claims: tuple[dict[str, Any], ...] = ()
+    """Each claim as docs/claims.md writes it, with its file, owner (uid, user) and `state`."""
+    warnings: tuple[str, ...] = ()
+    """One per file of the claims folder that was skipped, and why."""
+    removed: tuple[str, ...] = ()
+    """Our claims' files removed (stale or expired)."""
+    now: float | None = None
+    """The host's clock when it read them."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LabRequest(Wire):
+    """Everything `tfctl lab` shows of a host (op `lab`), its idle sampler kept going."""
+
+    REQUIRED = ("workdir",)
+
+    workdir: str | None = None
+    sample_s: float | None = None
+    """How often the idle sampler samples (None: lab.py's SAMPLE_S)."""
+    linger_s: float | None = None
+    """How long it samples after this request (None: lab.py's LINGER_S)."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuStateRequest(Wire):
+    """What placement and a waiting job read of a host (op `gpu_state`)."""
+
+    tickets: bool = False
+    """The queue's tickets too."""
+    beat: str | None = None
+    """Our ticket to refresh first (its id)."""
+    stale_s: float | None = None
+    """A ticket not refreshed for this long is stale (None: tickets.py's TICKET_STALE_S)."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuState(ClaimsAnswer):
+    """A host's GPUs, who computes on them, and the claims (ops `lab` and `gpu_state`): `lab`
+    adds the idle sampler's measure and the host's name, `gpu_state` the queue's tickets where
+    asked."""
+
+    hostname: str | None = None
+    gpus: tuple[dict[str, Any], ...] = ()
+    """nvidia-smi's GPUs: index, uuid, memory_used_mib, memory_total_mib, utilization_pct, name."""
+    apps: tuple[dict[str, Any], ...] = ()
+    """nvidia-smi's compute apps: gpu_uuid, pid, used_memory_mib."""
+    error: str | None = None
+    """Why the GPUs could not be read (no nvidia-smi, it failed), or None."""
+    procs: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """pid → who the compute app is (lab.py's `describe_holder`; None: gone)."""
+    idle: dict[str, Any] | None = None
+    """The idle sampler's measure (op `lab`): sampled_at, watching_since, sample_s, low_since."""
+    tickets: tuple[dict[str, Any], ...] = ()
+    """The queue's tickets, oldest first, each with its `state` (where the request asked)."""
+    ticket_warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReserveRequest(Wire):
+    """Reserve GPUs of the host until a time (op `reserve`)."""
+
+    REQUIRED = ("gpus", "until_s")
+    WIRE_NAMES = {"until_s": "until"}
+
+    gpus: tuple[int, ...] | None = None
+    until_s: float | None = None
+    """The reservation's end (epoch seconds)."""
+    note: str | None = None
+    force: bool = False
+    """Reserve even where another user's reservation stands."""
+    host: str | None = None
+    """The host's name in the inventory, written into the claims."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReserveAnswer(Wire):
+    """The GPUs reserved (op `reserve`), and the other users' claims on them (with `force`)."""
+
+    NESTED = {"me": (ONE, HostUser)}
+    WIRE_NAMES = {"until_s": "until"}
+
+    reserved: tuple[int, ...] = ()
+    until_s: float | None = None
+    note: str | None = None
+    others: tuple[dict[str, Any], ...] = ()
+    """Another user's live claim on a GPU reserved: gpu, user, run_id, kind, until."""
+    me: HostUser | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReleaseRequest(Wire):
+    """Remove our reservations of GPUs of the host (op `release`)."""
+
+    REQUIRED = ("gpus",)
+
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReleaseAnswer(Wire):
+    """Our reservations removed (op `release`), and the GPUs another user reserved."""
+
+    NESTED = {"me": (ONE, HostUser)}
+
+    released: tuple[int, ...] = ()
+    not_reserved: tuple[int, ...] = ()
+    """GPUs we had no reservation of."""
+    others: tuple[dict[str, Any], ...] = ()
+    """Another user's reservation of a GPU named: gpu, user, until (not ours to remove)."""
+    me: HostUser | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TicketRequest(Wire):
+    """Our queue ticket on the host: left or refreshed (op `ticket_put`: for `gpus` or `count`
+    free GPUs), or removed (op `ticket_drop`: only `ticket_id`)."""
+
+    REQUIRED = ("ticket_id",)
+    WIRE_NAMES = {"ticket_id": "id"}
+
+    ticket_id: str | None = None
+    job: str | None = None
+    gpus: tuple[int, ...] | None = None
+    count: int | None = None
+    client: str | None = None
+    """Where the waiting client runs (its host), shown to the other users."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TicketPutAnswer(Wire):
+    """Our ticket's place in the queue (op `ticket_put`): when it was queued, by the host's
+    clock, kept when a ticket is refreshed."""
+
+    queued: float | None = None
+    now: float | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TicketDropAnswer(Wire):
+    """Whether our ticket was removed (op `ticket_drop`; not there or not ours: False)."""
+
+    dropped: bool = False
+
+
 # ---------------------------------------------------------------- `up` in two requests per host
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class UpCheckRequest(Wire):
+    """Everything `up` asks of a host before it starts anything (op `up_check`)."""
+
     REQUIRED = ("workdir",)
 
     workdir: str | None = None
@@ -554,11 +893,12 @@ class UpCheckRequest(Wire):
     choose: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class UpCheck(Wire):
     """Everything `up` must know of one host before anything starts anywhere (op `up_check`)."""
 
-    NESTED = {"sync": (ONE, SyncDiff), "ports": (MANY, PortState)}
+    NESTED = {"sync": (ONE, SyncDiff), "ports": (MANY, PortState),
+              "claims": (ONE, ClaimsAnswer)}
     WIRE_NAMES = {"chosen": "choose"}
 
     sync: SyncDiff | None = None
@@ -568,7 +908,7 @@ class UpCheck(Wire):
     gpus_stdout: str | None = None
     """The busy-GPU program's output (None: no GPU task here)."""
     ports: tuple[PortState, ...] = ()
-    claims: dict[str, Any] | None = None
+    claims: ClaimsAnswer | None = None
     """The host's claims, as op `claims` answers (None: no GPU task here)."""
     chosen: dict[str, Any] | None = None
     """The free ports for the tasks whose port is chosen at up (None: none asked), as
@@ -576,8 +916,10 @@ class UpCheck(Wire):
     gpus_error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class UpGoRequest(Wire):
+    """One round of a host's start (op `up_go`): prepare, launch, wait, status."""
+
     REQUIRED = ("workdir", "run_id")
 
     workdir: str | None = None
@@ -594,7 +936,7 @@ class UpGoRequest(Wire):
     lease_token: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class UpGo(Wire):
     """One round of a host's start (op `up_go`): the tasks settled, and with every task of the
     host up in the last phase, its status."""
@@ -608,3 +950,11 @@ class UpGo(Wire):
     watcher_pid: int | None = None
     claim_warning: str | None = None
     at: float | None = None
+
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UpMark(Wire):
+    """`up` verified the whole run (op `up_mark`): when the host recorded it for the watcher."""
+
+    up_at: float | None = None

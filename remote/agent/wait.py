@@ -1,7 +1,7 @@
 """The agent's cheap wait for task ports.
 
-Part of the agent program (see `agent.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
-A full look at a run's tasks (`agent_state.observe`: every /proc entry's environ and stat,
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+A full look at a run's tasks (`state.observe`: every /proc entry's environ and stat,
 /proc/net/tcp) costs ~10 ms, and polling it every 0.1 s on 16 lab hosts that share two cores ate
 most of their CPU while the tasks were starting. Between full looks this waits on cheap signals:
 an exit record appearing, the task's port accepting a connection on 127.0.0.1 (what a peer would
@@ -15,7 +15,8 @@ import os
 import time
 from typing import Any
 
-from tfctl.remote.agent.run import read_json, task_file
+from tfctl.remote.agent.jsonfile import read_json
+from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.state import settled, wait_for_ports
 
 FULL_LOOK_EVERY_S = 1.0
@@ -23,7 +24,7 @@ FULL_LOOK_EVERY_S = 1.0
 
 def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
                   tasks: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    """`agent_state.wait_for_ports`' answer, with full looks only when cheap signals say one
+    """`state.wait_for_ports`' answer, with full looks only when cheap signals say one
     may be conclusive (or once a second, or at the deadline); `seen`: the last look (`observe`)
     of the tasks it covered, for a status that follows at once."""
     deadline = time.time() + timeout_s

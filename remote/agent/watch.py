@@ -1,6 +1,6 @@
 """The run's watcher on each host: applies the end of the job there, with no client connected.
 
-Part of the agent program (see `main.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
+Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 `launch` starts one watcher per run per host (detached, like the supervisors; `tfctl-watch` in
 `ps`). The manifest's `end` rule names the tasks whose end is the job's end (the chief; worker 0
@@ -45,18 +45,12 @@ from typing import Any
 
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
+from tfctl.remote.agent.detach import fork_detached
+from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
 from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
-from tfctl.remote.agent.run import (
-    fork_detached,
-    load_manifest,
-    now,
-    read_json,
-    task_file,
-    write_json,
-    write_json_when_room,
-)
+from tfctl.remote.agent.rundir import load_manifest, task_file
 from tfctl.remote.agent.state import SILENCE_FILE, WATCH_PID, stop_tasks
 
 WATCH_TICK_S = 1.0

@@ -22,6 +22,7 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.host_scripts import host_script, render
 from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import ClaimsAnswer
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.gpus.nvsmi import (
@@ -242,7 +243,7 @@ def read_host(t: Transport, tokens: Sequence[str], own_run_id: str | None = None
 
 def judge_listing(t: Transport, stdout: str, tokens: Sequence[str],
                   own_run_id: str | None = None,
-                  claims: Mapping[str, Any] | None = None) -> HostGpus:
+                  claims: ClaimsAnswer | None = None) -> HostGpus:
     """One host's `nvsmi_script()` output judged (read by `read_host`, or by `up`'s one check
     per host, which brings the host's `claims` along; without them the agent is asked); the
     agent is asked about the pids only when some sit on assigned GPUs."""

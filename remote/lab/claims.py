@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfctl.remote.agent.vocab import ClaimsAnswer
+
 GpuToken = int | str
 """A GPU as a claim names it: its nvidia-smi index, or a UUID from a mask."""
 
@@ -105,14 +107,15 @@ def claim_of(host: str, raw: Mapping[str, Any]) -> Claim:
                  raw.get("since"), raw.get("until"), raw.get("note"), tasks)
 
 
-def host_claims(host: str, raw: Mapping[str, Any] | None) -> HostClaims:
-    """The agent's `claims` answer (or the `claims` part of `up_check`'s) as records."""
-    if not raw:
+def host_claims(host: str, found: ClaimsAnswer | None) -> HostClaims:
+    """The agent's `claims` answer (or the `claims` part of `up_check`'s, or of `lab`'s and
+    `gpu_state`'s) as records."""
+    if found is None:
         return HostClaims(host, None, None)
-    me = raw.get("me") or {}
-    return HostClaims(host, me.get("uid"), me.get("user"),
-                      tuple(claim_of(host, c) for c in raw.get("claims") or ()),
-                      tuple(f"{host}: {w}" for w in raw.get("warnings") or ()))
+    me = found.me
+    return HostClaims(host, None if me is None else me.uid, None if me is None else me.user,
+                      tuple(claim_of(host, c) for c in found.claims),
+                      tuple(f"{host}: {w}" for w in found.warnings))
 
 
 def gpu_indices(tokens: Iterable[GpuToken], uuids: Mapping[str, int | None]) -> tuple[int, ...]:

@@ -4,10 +4,10 @@ and reservations made and released (remote/agent/lab.py on the hosts)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import ReleaseAnswer, ReserveAnswer
 from tfctl.remote.lab.claims import HostClaims, host_claims
 from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
 
@@ -37,10 +37,10 @@ def list_claims(fleet: Fleet, hosts: Sequence[str] | None = None
 
 
 def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,
-            note: str | None, force: bool = False) -> FleetResult[Any]:
+            note: str | None, force: bool = False) -> FleetResult[ReserveAnswer]:
     return fleet.map(lambda t: agentops.reserve(t, targets[t.host.name], until_s, note, force),
                      list(targets))
 
 
-def release(fleet: Fleet, targets: Mapping[str, Sequence[int]]) -> FleetResult[Any]:
+def release(fleet: Fleet, targets: Mapping[str, Sequence[int]]) -> FleetResult[ReleaseAnswer]:
     return fleet.map(lambda t: agentops.release(t, targets[t.host.name]), list(targets))

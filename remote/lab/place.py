@@ -1,7 +1,7 @@
 """`gpus: free`: which GPUs of a host nobody holds or reserved, and the inventory that takes them.
 
 A host written `gpus: free` (every such GPU) or `gpus: {free: N}` (that many) has its GPUs chosen
-when they are needed: at `up` (remote/runs/controller.py), for `plan --now`, and by a job that
+when they are needed: at `up` (remote/engines/hosts.py), for `plan --now`, and by a job that
 waits for them (`queue.py`). One `gpu_state` request per such host (remote/agent/tickets.py)
 brings what `tfctl lab` reads (nvidia-smi's compute apps, who they are, the claims), and the
 lab's own judgement (`view.host_lab`) says which GPU is free, reserved or held. A GPU is free for
@@ -14,12 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tfctl.inventory.model import FreeGpus, Inventory
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.connect.session import agentclient
-from tfctl.remote.connect.transport import Transport
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.lab.view import HostLab, LabRow, host_lab
 
@@ -106,19 +104,9 @@ def free_hosts(inv: Inventory, hosts: Sequence[str] | None = None) -> list[str]:
 
 # ---------------------------------------------------------------- I/O
 
-def gpu_state(t: Transport, beat: str | None = None, tickets: bool = False) -> dict[str, Any]:
-    """One host's GPUs, processes and claims (agent op `gpu_state`); with `tickets`, its queue,
-    our ticket `beat` refreshed first."""
-    args: dict[str, Any] = {"tickets": tickets}
-    if beat:
-        args["beat"] = beat
-    answer: dict[str, Any] = agentclient.call(t, "gpu_state", args, timeout_s=60)
-    return answer
-
-
 def read_free(fleet: Fleet, hosts: Sequence[str]) -> dict[str, HostFree]:
     """Each of `hosts`' free GPUs, in parallel, one request each."""
-    found = fleet.map(lambda t: host_free(host_lab(t.host.name, gpu_state(t))), hosts)
+    found = fleet.map(lambda t: host_free(host_lab(t.host.name, agentops.gpu_state(t))), hosts)
     out = dict(found.succeeded)
     out.update({h: HostFree(h, error=str(e)) for h, e in found.failed.items()})
     return out

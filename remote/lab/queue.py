@@ -27,9 +27,10 @@ from typing import Any
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.connect.session import agentclient
+from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import GpuState, TicketPutAnswer
 from tfctl.remote.connect.transport import Transport
-from tfctl.remote.lab.place import HostFree, gpu_state, host_free
+from tfctl.remote.lab.place import HostFree, host_free
 from tfctl.remote.lab.view import host_lab
 
 STALE_S = 90.0
@@ -182,8 +183,8 @@ class Look:
         return "; ".join(f"{h}: {t.why}" for h, t in self.turns.items() if not t.ready)
 
 
-def tickets_of(host: str, answer: Mapping[str, Any]) -> tuple[Ticket, ...]:
-    return tuple(ticket_of(host, raw) for raw in answer.get("tickets") or ())
+def tickets_of(host: str, answer: GpuState) -> tuple[Ticket, ...]:
+    return tuple(ticket_of(host, raw) for raw in answer.tickets)
 
 
 def look(fleet: Fleet, ticket_id: str | None, wants: Mapping[str, Want],
@@ -192,11 +193,7 @@ def look(fleet: Fleet, ticket_id: str | None, wants: Mapping[str, Want],
     ticket's `beat` refreshed; whose turn it is on each (`judge_host`, when `ticket_id`)."""
     names = list(wants) if hosts is None else list(hosts)
 
-    def one(t: Transport) -> dict[str, Any]:
-        answer = gpu_state(t, beat=ticket_id, tickets=True)
-        return answer
-
-    found = fleet.map(one, names)
+    found = fleet.map(lambda t: agentops.gpu_state(t, beat=ticket_id, tickets=True), names)
     turns: dict[str, HostTurn] = {}
     tickets: dict[str, tuple[Ticket, ...]] = {}
     warnings: list[str] = []
@@ -210,8 +207,8 @@ def look(fleet: Fleet, ticket_id: str | None, wants: Mapping[str, Want],
             continue
         answer = found.succeeded[name]
         tickets[name] = tickets_of(name, answer)
-        me[name] = (answer.get("me") or {}).get("uid")
-        warnings += [f"{name}: {w}" for w in answer.get("ticket_warnings") or ()]
+        me[name] = None if answer.me is None else answer.me.uid
+        warnings += [f"{name}: {w}" for w in answer.ticket_warnings]
         if ticket_id and name in wants:
             lab = host_lab(name, answer)
             turns[name] = judge_host(name, ticket_id, lab.claims.me_uid, wants[name],
@@ -222,11 +219,9 @@ def look(fleet: Fleet, ticket_id: str | None, wants: Mapping[str, Want],
 def put(fleet: Fleet, ticket_id: str, job: str, wants: Mapping[str, Want],
         client: str | None) -> dict[str, Any]:
     """Leave (or refresh) our ticket on every host of `wants`; the fleet's answers."""
-    def one(t: Transport) -> Any:
+    def one(t: Transport) -> TicketPutAnswer:
         want = wants[t.host.name]
-        return agentclient.call(t, "ticket_put", {
-            "id": ticket_id, "job": job, "client": client, "count": want.count,
-            "gpus": None if want.gpus is None else list(want.gpus)})
+        return agentops.ticket_put(t, ticket_id, job, want.gpus, want.count, client)
 
     result = fleet.map(one, list(wants))
     return {"succeeded": dict(result.succeeded), "failed": dict(result.failed)}
@@ -234,8 +229,7 @@ def put(fleet: Fleet, ticket_id: str, job: str, wants: Mapping[str, Want],
 
 def drop(fleet: Fleet, ticket_id: str, hosts: Sequence[str]) -> dict[str, Any]:
     """Remove our ticket from `hosts` (where it is; only its owner can)."""
-    result = fleet.map(lambda t: agentclient.call(t, "ticket_drop", {"id": ticket_id}),
-                       list(hosts))
+    result = fleet.map(lambda t: agentops.ticket_drop(t, ticket_id), list(hosts))
     return {"succeeded": dict(result.succeeded), "failed": dict(result.failed)}
 
 

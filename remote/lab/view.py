@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.lab.claims import Claim, HostClaims, clock, gpu_indices, host_claims
 
 State = Literal["free", "reserved", "held", "error"]
@@ -95,26 +96,25 @@ def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
                   info.get("since"), low_util_s=low_s, idle=idle)
 
 
-def host_lab(host: str, raw: Mapping[str, Any], idle_after_s: float = IDLE_AFTER_S) -> HostLab:
-    """One host's `lab` answer as rows, one per GPU."""
-    found = host_claims(host, raw)
-    gpus = list(raw.get("gpus") or ())
-    if raw.get("error") or not gpus:
-        row = LabRow(host, None, "error", error=str(raw.get("error") or "nvidia-smi lists no "
-                                                                         "GPUs"))
+def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S) -> HostLab:
+    """One host's `lab` (or `gpu_state`) answer as rows, one per GPU."""
+    found = host_claims(host, answer)
+    gpus = answer.gpus
+    if answer.error or not gpus:
+        row = LabRow(host, None, "error", error=str(answer.error or "nvidia-smi lists no GPUs"))
         return HostLab(host, (row,), found, found.warnings)
     uuids = {str(g["uuid"]): int(g["index"]) for g in gpus}
-    idle = raw.get("idle") or {}
+    idle = answer.idle or {}
     sampled_at = idle.get("sampled_at")
     runs = [c for c in found.claims if c.kind == "run" and c.live]
     rows = []
     for gpu in gpus:
         index = int(gpu["index"])
         low = (idle.get("low_since") or {}).get(str(index)) or {}
-        holders = [_holder(int(a["pid"]), (raw.get("procs") or {}).get(str(a["pid"])),
+        holders = [_holder(int(a["pid"]), answer.procs.get(str(a["pid"])),
                            a.get("used_memory_mib"), runs, index, low, sampled_at, idle_after_s)
-                   for a in raw.get("apps") or () if a.get("gpu_uuid") == gpu["uuid"]
-                   and (raw.get("procs") or {}).get(str(a["pid"])) is not None]
+                   for a in answer.apps if a.get("gpu_uuid") == gpu["uuid"]
+                   and answer.procs.get(str(a["pid"])) is not None]
         seen_runs = {h.run_id for h in holders if h.kind == "run"}
         for claim in runs:  # a run that claims the GPU holds it, on it yet or not
             task = claim.task_on(index, uuids)

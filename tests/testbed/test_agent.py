@@ -57,7 +57,7 @@ def test_import_cut_matches_the_parser(name: str) -> None:
 
 def test_import_cut_handles_the_forms_it_meets() -> None:
     """Parenthesised imports, several modules, comments; indented imports stay."""
-    lines = ["from tfctl.remote.agent.run import (\n", "    a,\n", "    b,\n", ")\n",
+    lines = ["from tfctl.remote.agent.rundir import (\n", "    a,\n", "    b,\n", ")\n",
              "import os, typing\n", "import typing  # annotations\n",
              "from typing import Any\n", "    from tfctl import x\n", "import pathlib\n"]
     assert client_import_lines(lines) == {0, 1, 2, 3, 5, 6, 8}

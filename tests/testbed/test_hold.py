@@ -237,6 +237,7 @@ def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignor
     import json
 
     from tfctl.inventory.load import load_inventory
+    from tfctl.remote.agent.wire import WIRE_VERSION
     from tfctl.remote.connect.hold import borrow
     from tfctl.remote.connect.hold.holder import MAX_SESSIONS_PER_LINK
     from tfctl.remote.connect.session import agentclient
@@ -257,7 +258,8 @@ def test_a_session_beyond_the_kept_connections_room_uses_its_own(  # type: ignor
             [True] * MAX_SESSIONS_PER_LINK + [False]
         for pipe in pipes:  # every one answers
             agentclient._boot(pipe)
-            pipe.send(json.dumps({"op": "runs", "workdir": host.workdir}).encode() + b"\n")
+            pipe.send(json.dumps({"op": "runs", "workdir": host.workdir,
+                                  "v": WIRE_VERSION}).encode() + b"\n")
             answer = agentclient._read_answer(pipe, t, "runs", 30.0, 30.0)
             assert b'"ok": true' in answer
     finally:

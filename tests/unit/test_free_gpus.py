@@ -1,7 +1,8 @@
 """`gpus: free`: the inventory's spelling, located mistakes, and which GPUs placement takes (pure).
 
 The judgement is table-tested on `view.host_lab` rows built from a host's `gpu_state` answer
-(the agent's), as a real host gives it; the lab test (test_lab_free_gpus.py) does the I/O.
+(the agent's), as a real host gives it; the testbed test (tests/testbed/test_free_gpus.py) does
+the I/O.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from tfctl.inventory import InventoryError, parse_inventory
 from tfctl.inventory.model import FreeGpus
 from tfctl.inventory.plan import make_plan
+from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.lab.place import HostFree, choose, host_free, placed
 from tfctl.remote.lab.view import host_lab
 
@@ -44,12 +46,13 @@ def test_a_wrong_free_is_located(written: str) -> None:
 
 
 def _answer(apps: list[dict[str, Any]], claims: list[dict[str, Any]], me: int = 1000,
-            procs: dict[str, Any] | None = None) -> dict[str, Any]:
+            procs: dict[str, Any] | None = None) -> GpuState:
     gpus = [{"index": i, "uuid": f"GPU-{i}", "name": "T4"} for i in range(4)]
-    return {"me": {"uid": me, "user": "me"}, "claims": claims, "warnings": [], "gpus": gpus,
-            "apps": apps, "error": None, "procs": procs or {
-                str(a["pid"]): {"pid": a["pid"], "uid": 1001, "user": "carol",
-                                "cmdline": "sleep 300"} for a in apps}}
+    return GpuState.from_wire({
+        "me": {"uid": me, "user": "me"}, "claims": claims, "warnings": [], "gpus": gpus,
+        "apps": apps, "error": None, "procs": procs or {
+            str(a["pid"]): {"pid": a["pid"], "uid": 1001, "user": "carol",
+                            "cmdline": "sleep 300"} for a in apps}})
 
 
 def _reservation(user: str, uid: int, gpu: int) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def test_free_gpus_are_those_nobody_holds_or_reserved(apps: list[dict[str, Any]]
 
 
 def test_an_unreadable_host_has_no_free_gpus() -> None:
-    found = host_free(host_lab("box", {"error": "no nvidia-smi on the PATH there"}))
+    found = host_free(host_lab("box", GpuState(error="no nvidia-smi on the PATH there")))
     assert found.error == "no nvidia-smi on the PATH there" and choose(FreeGpus(None),
                                                                       found) is None
 

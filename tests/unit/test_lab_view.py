@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tfctl.remote.agent.lab import next_low, parse_app_lines, parse_gpu_lines
+from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.gpus.busy import judge_host
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.lab.claims import blocking, clock, host_claims
@@ -32,7 +33,8 @@ STALE = _claim(ALICE, "alice", "run", "stale", run_id="r-old", gpus=[2],
                tasks=[{"name": "worker:0", "gpus": [2], "pid": 9, "pgid": 9}])
 
 
-def _answer(**extra: Any) -> dict[str, Any]:
+def _answer(**extra: Any) -> GpuState:
+    """One host's `lab` answer, as its wire data is read."""
     gpus = [{"index": i, "uuid": f"GPU-{i}", "name": "TITAN X", "memory_used_mib": 5.0,
              "memory_total_mib": 12288.0, "utilization_pct": 0.0} for i in range(4)]
     base = {"me": {"uid": ME, "user": "me"}, "claims": [ALICE_RUN, BOB_RESERVES, STALE],
@@ -49,7 +51,7 @@ def _answer(**extra: Any) -> dict[str, Any]:
                               "tfctl_run_id": None}},
             "idle": {"sampled_at": NOW, "watching_since": NOW - 7200, "sample_s": 10.0,
                      "low_since": {"3": {"700": NOW - 1800}}}}
-    return dict(base, **extra)
+    return GpuState.from_wire(dict(base, **extra))
 
 
 def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
@@ -98,11 +100,10 @@ def test_blocking_is_another_users_live_claim_on_the_gpus_asked() -> None:
     claims = host_claims("titan", _answer())
     assert [(g, c.user, c.kind) for g, c in blocking(claims, [0, 1, 2, 3], {})] == [
         (0, "alice", "run"), (1, "bob", "reservation")]
-    mine = host_claims("titan", dict(_answer(), me={"uid": BOB, "user": "bob"}))
+    mine = host_claims("titan", _answer(me={"uid": BOB, "user": "bob"}))
     assert [(g, c.user) for g, c in blocking(mine, [1], {})] == []  # his own: his to use
     assert blocking(claims, [0], {}, own_run_id="r-a") == []
-    expired = host_claims("titan", dict(_answer(), claims=[dict(BOB_RESERVES,
-                                                                  state="expired")]))
+    expired = host_claims("titan", _answer(claims=[dict(BOB_RESERVES, state="expired")]))
     assert blocking(expired, [1], {}) == []
 
 
@@ -118,7 +119,7 @@ def test_up_is_refused_a_reserved_gpu_naming_who_and_until_when() -> None:
         f"GPU 1: reserved by bob until {clock(NOW + 7200)} (ICML runs)"]
     assert state.free == (2, 3)  # the stale claim's GPU is free; bob's and alice's are not
     own = judge_host("titan", ("1",), gpus, [], {}, claims=host_claims(
-        "titan", dict(_answer(), me={"uid": BOB, "user": "bob"})))
+        "titan", _answer(me={"uid": BOB, "user": "bob"})))
     assert own.busy == () and own.claimed == ()
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tfctl.remote.agent import tickets
 from tfctl.remote.agent.proc import user_name
+from tfctl.remote.agent.vocab import GpuStateRequest, TicketDropAnswer, TicketRequest
 from tfctl.remote.lab.place import HostFree
 from tfctl.remote.lab.queue import Ticket, Want, judge_host, ticket_of
 
@@ -47,27 +48,27 @@ def test_a_record_that_is_no_ticket_is_refused(raw: object, error: str) -> None:
 
 
 def test_put_keeps_its_place_and_drop_removes_only_ours(folder: Path) -> None:
-    first = tickets.op_ticket_put({"id": "q-1", "gpus": [0], "job": "lab"})
+    first = tickets.op_ticket_put(TicketRequest("q-1", "lab", (0,)))
     assert oct(folder.stat().st_mode)[-4:] == "1777"
-    again = tickets.op_ticket_put({"id": "q-1", "gpus": [0], "job": "lab"})
-    assert again["queued"] == first["queued"]  # refreshed, not queued anew
+    again = tickets.op_ticket_put(TicketRequest("q-1", "lab", (0,)))
+    assert again.queued == first.queued  # refreshed, not queued anew
     found, warnings = tickets.read_tickets(time.time())
     assert warnings == [] and [(t["id"], t["user"], t["gpus"], t["state"]) for t in found] == [
         ("q-1", ME, [0], "waiting")]
-    assert tickets.op_ticket_drop({"id": "q-1"}) == {"dropped": True}
-    assert tickets.op_ticket_drop({"id": "q-1"}) == {"dropped": False}
+    assert tickets.op_ticket_drop(TicketRequest("q-1")) == TicketDropAnswer(dropped=True)
+    assert tickets.op_ticket_drop(TicketRequest("q-1")) == TicketDropAnswer(dropped=False)
 
 
 def test_a_ticket_whose_waiter_stopped_looking_is_stale(folder: Path) -> None:
-    tickets.op_ticket_put({"id": "q-1", "count": 2})
+    tickets.op_ticket_put(TicketRequest("q-1", count=2))
     found, _ = tickets.read_tickets(time.time() + tickets.TICKET_STALE_S + 1)
     assert [t["state"] for t in found] == ["stale"]
-    tickets.op_gpu_state({"beat": "q-1"})  # a look refreshes it
+    tickets.op_gpu_state(GpuStateRequest(beat="q-1"))  # a look refreshes it
     assert [t["state"] for t in tickets.read_tickets(time.time())[0]] == ["waiting"]
 
 
 def test_hostile_files_are_skipped_with_one_warning_each(folder: Path, tmp_path: Path) -> None:
-    tickets.op_ticket_put({"id": "q-ok", "gpus": [1]})
+    tickets.op_ticket_put(TicketRequest("q-ok", gpus=(1,)))
     secret = tmp_path / "secret.json"
     secret.write_text(json.dumps(_body(id="q-secret")))
     (folder / f"{ME}.ticket.link.json").symlink_to(secret)
@@ -85,7 +86,7 @@ def test_hostile_files_are_skipped_with_one_warning_each(folder: Path, tmp_path:
 
 @needs_root
 def test_a_ticket_named_after_another_user_is_skipped(folder: Path) -> None:
-    tickets.op_ticket_put({"id": "q-mine", "gpus": [1]})
+    tickets.op_ticket_put(TicketRequest("q-mine", gpus=(1,)))
     forged = folder / "somebody.ticket.q-2.json"
     forged.write_text(json.dumps(_body(id="q-2", queued=0.0)))
     os.chown(forged, NOBODY, NOBODY)
@@ -93,7 +94,7 @@ def test_a_ticket_named_after_another_user_is_skipped(folder: Path) -> None:
     assert [t["id"] for t in found] == ["q-mine"]
     assert warnings == [f"skipped ticket {forged}: named after user somebody but owned by "
                         f"{user_name(NOBODY)}"]
-    assert tickets.op_ticket_drop({"id": "q-2"}) == {"dropped": False}
+    assert tickets.op_ticket_drop(TicketRequest("q-2")) == TicketDropAnswer(dropped=False)
     assert forged.exists()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tfctl.inventory.model import Host
-from tfctl.remote.connect.session import agentclient
+from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.ssh import SshTransport
 from tfctl.remote.errors import CommandFailed, HostUnreachable
 from tfctl.remote.gpus import owners as owners_module
@@ -146,12 +146,12 @@ class PipeTransport:
 
 def test_an_agent_session_cut_off_by_a_dropped_link_is_unreachable_not_a_command() -> None:
     with pytest.raises(HostUnreachable) as cut:
-        agentclient.call(PipeTransport(link_lost=True), "status")  # type: ignore[arg-type]
+        agentops.status(PipeTransport(link_lost=True), "/tmp/w", None)  # type: ignore[arg-type]
     assert cut.value.kind == "unreachable" and "-S -c BOOT" not in str(cut.value)
     assert str(cut.value) == "h2: the connection dropped during agent status"
     # The connection still up and no exit status: the agent itself died (a signal) — a failure.
     with pytest.raises(CommandFailed) as died:
-        agentclient.call(PipeTransport(link_lost=False), "status")  # type: ignore[arg-type]
+        agentops.status(PipeTransport(link_lost=False), "/tmp/w", None)  # type: ignore[arg-type]
     assert "exited -1" in str(died.value)
 
 

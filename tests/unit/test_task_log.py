@@ -1,4 +1,4 @@
-"""A task's log as its supervisor relays it (remote/agent/run.py, TaskLog): rotated at the job's
+"""A task's log as its supervisor relays it (remote/agent/tasklog.py, TaskLog): rotated at the job's
 `log_max_mb` with the newest output kept, and a full disk costing output, never the task; the
 settings and `check`'s free-space floor. On the lab: tests/testbed/test_disk_full.py."""
 

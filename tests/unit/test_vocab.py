@@ -1,6 +1,7 @@
 """The agent's vocabulary (remote/agent/vocab.py): every record read back from its wire data as
-it was written, an older record read with defaults, and an agent of another wire version told
-apart, through the real agent program."""
+it was written, an older record read with defaults, a request without its required fields or
+its version refused, and an agent of another wire version told apart, through the real agent
+program."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
 import sys
 import zlib
 from dataclasses import fields
@@ -22,18 +24,24 @@ from tfctl.remote.agent import vocab
 from tfctl.remote.agent.vocab import (
     BY_NAME,
     MANY,
+    ClaimsAnswer,
+    GpuState,
+    HostUser,
     PortState,
+    ReserveAnswer,
+    ReserveRequest,
     StatusAnswer,
     SyncDiff,
     TaskRecord,
+    TicketRequest,
     UpCheck,
     Wire,
 )
 from tfctl.remote.agent.wire import ANSWER_MARK, WIRE_VERSION
 from tfctl.remote.connect.local import LocalTransport
-from tfctl.remote.connect.session import agentclient
+from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.session.program import AGENT_FILES, agent_source
-from tfctl.remote.errors import AgentOutdated
+from tfctl.remote.errors import AgentFailed, AgentOutdated, agent_error
 
 RECORDS = sorted((cls for cls in vars(vocab).values()
                   if isinstance(cls, type) and issubclass(cls, Wire) and cls is not Wire),
@@ -75,8 +83,25 @@ def test_the_vocabulary_has_every_record() -> None:
     names = {cls.__name__ for cls in RECORDS}
     assert {"TaskRecord", "StatusAnswer", "StatusRequest", "UpCheck", "UpCheckRequest", "UpGo",
             "UpGoRequest", "PortState", "SyncDiff", "StartState", "StopAnswer", "RunRecord",
-            "LogChunk", "LaunchAnswer", "RestartLostAnswer"} <= names
-    assert len(RECORDS) >= 30
+            "LogChunk", "LaunchAnswer", "RestartLostAnswer",
+            # the lab's operations, and the answers that were mappings
+            "LabRequest", "GpuState", "GpuStateRequest", "ClaimsRequest", "ClaimsAnswer",
+            "HostUser", "ReserveRequest", "ReserveAnswer", "ReleaseRequest", "ReleaseAnswer",
+            "TicketRequest", "TicketPutAnswer", "TicketDropAnswer", "ProbeAnswer",
+            "ListenAnswer", "ConnectAnswer", "ConnectResult", "ProcsAnswer", "FinishAnswer",
+            "UpMark"} <= names
+    assert len(RECORDS) >= 50
+
+
+def test_every_operation_takes_a_record_and_answers_one() -> None:
+    """The agent's table names a request record for every operation (no dict requests), and
+    every handler says it answers a record."""
+    from tfctl.remote.agent import optable
+
+    for op, (handler, request) in optable.OPS.items():
+        assert issubclass(request, Wire), op
+        answer = handler.__annotations__["return"]
+        assert answer in {cls.__name__ for cls in RECORDS}, (op, answer)
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda cls: cls.__name__)
@@ -105,6 +130,26 @@ def test_fields_keep_the_names_the_wire_has_always_had() -> None:
     assert SyncDiff.from_wire({"dest": "/w", "rsync": None}).has_rsync is False
     assert UpCheck.from_wire({"choose": {"chosen": {"ps:0": 2300}}}).chosen == {
         "chosen": {"ps:0": 2300}}
+    assert ReserveRequest((1,), 5.0).to_wire()["until"] == 5.0
+    assert ReserveAnswer.from_wire({"until": 5.0, "me": {"uid": 7}}).until_s == 5.0
+    assert TicketRequest("q-1").to_wire()["id"] == "q-1"
+    assert TicketRequest.from_wire({"id": "q-2", "gpus": [0, 1]}) == TicketRequest("q-2",
+                                                                                  gpus=(0, 1))
+
+
+def test_the_lab_answers_keep_their_shape() -> None:
+    """`lab` and `gpu_state` are one record whose claims part is the `claims` answer's, and
+    `up_check` carries that answer whole."""
+    raw = {"me": {"uid": 1000, "user": "me"}, "claims": [{"file": "a.run.r.json"}],
+           "warnings": ["w"], "gpus": [{"index": 0}], "procs": {"42": None},
+           "idle": {"sampled_at": None}}
+    state = GpuState.from_wire(raw)
+    assert (state.me, state.claims, state.procs) == (HostUser(1000, "me"),
+                                                   ({"file": "a.run.r.json"},), {"42": None})
+    assert isinstance(state, ClaimsAnswer)
+    assert {k: v for k, v in state.to_wire().items() if k in raw} == raw
+    check = UpCheck.from_wire({"claims": {"me": {"uid": 1}, "claims": [], "warnings": []}})
+    assert check.claims == ClaimsAnswer(HostUser(1))
 
 
 def test_an_old_status_answer_reads_its_tasks_as_records() -> None:
@@ -157,7 +202,55 @@ def _agent(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
 
 def test_the_current_agent_answers_in_the_current_version(tmp_path: Path) -> None:
     t = LocalTransport(_host(tmp_path))
-    assert agentclient.call(t, "runs", {"workdir": str(tmp_path / "work")}) == {"runs": []}
+    assert agentops.runs(t, str(tmp_path / "work")) == []
+
+
+def _served(tmp_path: Path, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The real agent program's answers to `lines`, one request per line (a session)."""
+    program = tmp_path / "agent.py"
+    program.write_text(agent_source() + "\nimport sys\nserve(sys.stdin.buffer)\n")
+    stdin = "".join(json.dumps(line) + "\n" for line in lines)
+    done = subprocess.run([sys.executable, "-S", str(program)], input=stdin.encode(),
+                          capture_output=True, timeout=60, check=True)
+    mark = ANSWER_MARK.encode()
+    return [json.loads(line[len(mark):]) for line in done.stdout.splitlines()
+            if line.startswith(mark)]
+
+
+def test_a_request_without_a_version_is_refused_like_one_of_another(tmp_path: Path) -> None:
+    work = str(tmp_path / "work")
+    prepare = {"op": "prepare", "workdir": work, "run_id": "r1", "manifest": {"tasks": []}}
+    unversioned, other = _served(tmp_path, [prepare, dict(prepare, v=WIRE_VERSION + 1)])
+    for answer in (unversioned, other):
+        assert (answer["ok"], answer["kind"], answer["v"]) == (False, "wire_version",
+                                                               WIRE_VERSION)
+        assert isinstance(agent_error("box", answer), AgentOutdated)
+    assert "the request no version: nothing was done" in unversioned["error"]
+    assert f"the request version {WIRE_VERSION + 1}: nothing was done" in other["error"]
+    assert not (tmp_path / "work" / ".tfctl" / "runs" / "r1").exists()
+
+
+def test_a_request_without_its_required_fields_is_refused(tmp_path: Path) -> None:
+    answers = _served(tmp_path, [{"op": "reserve", "v": WIRE_VERSION, "gpus": [0]},
+                                 {"op": "ticket_put", "v": WIRE_VERSION, "job": "j"},
+                                 {"op": "lab", "v": WIRE_VERSION}])
+    assert [(a["kind"], a["error"]) for a in answers] == [
+        ("bad_request", "the reserve request needs 'until'"),
+        ("bad_request", "the ticket_put request needs 'id'"),
+        ("bad_request", "the lab request needs 'workdir'")]
+    assert all(isinstance(agent_error("box", a), AgentFailed) for a in answers)
+
+
+def test_only_the_session_package_speaks_the_raw_wire() -> None:
+    """Every call to a host goes through the typed client (`agentops`): `agentclient.call` and
+    `agentclient.post` are the session package's own."""
+    root = Path(vocab.__file__).parents[2]
+    session = root / "remote" / "connect" / "session"
+    found = [f"{path.relative_to(root)}:{n}" for floor in ("inventory", "remote", "tui")
+             for path in sorted((root / floor).rglob("*.py")) if session not in path.parents
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"agentclient\.(call|post)\(", line)]
+    assert found == []
 
 
 def test_an_agent_of_another_version_refuses_and_does_nothing(
@@ -168,8 +261,7 @@ def test_an_agent_of_another_version_refuses_and_does_nothing(
     _agent(monkeypatch, newer)
     t = LocalTransport(_host(tmp_path))
     with pytest.raises(AgentOutdated) as caught:
-        agentclient.call(t, "prepare", {"workdir": str(tmp_path / "work"), "run_id": "r1",
-                                        "manifest": {"tasks": []}})
+        agentops.up_go(t, str(tmp_path / "work"), "r1", manifest={"tasks": []})
     assert f"version {WIRE_VERSION + 1} of the wire" in str(caught.value)
     assert caught.value.data["kind"] == "wire_version"
     assert not (tmp_path / "work" / ".tfctl" / "runs" / "r1").exists()
@@ -187,4 +279,4 @@ def test_an_agent_older_than_versions_is_told_apart(tmp_path: Path,
     _agent(monkeypatch, old)
     t = LocalTransport(_host(tmp_path))
     with pytest.raises(AgentOutdated, match="answers in no version of the wire"):
-        agentclient.call(t, "runs", {"workdir": str(tmp_path / "work")})
+        agentops.runs(t, str(tmp_path / "work"))

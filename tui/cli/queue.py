@@ -315,7 +315,7 @@ def _cancel(ticket_id: str, as_json: bool) -> None:
     failed = {h: str(e) for h, e in dropped["failed"].items()}
     data = {"id": ticket_id, "was": was, "state": record.get("state"),
             "waiter_stopped": stopped, "tickets_removed": sorted(
-                h for h, a in dropped["succeeded"].items() if a.get("dropped")),
+                h for h, a in dropped["succeeded"].items() if a.dropped),
             "failed": failed}
     if as_json:
         print_json(data)

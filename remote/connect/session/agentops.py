@@ -1,11 +1,11 @@
 """One typed client function per agent operation: arguments in, the vocabulary's record out.
 
-`agentclient.call(transport, op, args)` speaks the wire (op names, JSON); the rest of tfctl
-calls these instead. Each builds its request and reads its answer with the agent's vocabulary
-(remote/agent/vocab.py), the records the agent's `op_*` functions (remote/agent/main.py, up.py)
-read and answer with: an op's arguments and the shape of its answer are written once, there.
-The answers of `probe`, `listen`, `connect`, `procs` and the lab's operations are read item by
-item by the modules that interpret them (`runs.check`, `lab/`), as mappings.
+This is how tfctl calls a host's agent. `agentclient.call(transport, op, args)` speaks the wire
+(op names, JSON) and is the session package's own: the rest of tfctl calls these instead. Each
+builds its request and reads its answer with the agent's vocabulary (remote/agent/vocab.py), the
+records the agent's `op_*` functions (remote/agent/hostops.py, runops.py, up.py, lost.py,
+lab.py, tickets.py) read and answer with: an op's arguments and the shape of its answer are
+written once, there.
 """
 
 from __future__ import annotations
@@ -14,10 +14,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfctl.remote.agent.vocab import (
+    ClaimsAnswer,
+    ClaimsRequest,
+    ConnectAnswer,
     ConnectRequest,
+    ConnectResult,
+    FinishAnswer,
     FinishRequest,
+    GpuState,
+    GpuStateRequest,
+    LabRequest,
     LaunchAnswer,
     LaunchRequest,
+    ListenAnswer,
     ListenRequest,
     LogChunk,
     LogsAnswer,
@@ -25,10 +34,16 @@ from tfctl.remote.agent.vocab import (
     PortsAnswer,
     PortsRequest,
     PortState,
+    ProbeAnswer,
     ProbeRequest,
+    ProcsAnswer,
     ProcsRequest,
     PutAnswer,
     PutFilesRequest,
+    ReleaseAnswer,
+    ReleaseRequest,
+    ReserveAnswer,
+    ReserveRequest,
     RestartLostAnswer,
     RunRecord,
     RunRef,
@@ -43,6 +58,9 @@ from tfctl.remote.agent.vocab import (
     SyncDiffRequest,
     TaskPid,
     TaskRecord,
+    TicketDropAnswer,
+    TicketPutAnswer,
+    TicketRequest,
     UpCheck,
     UpCheckRequest,
     UpGo,
@@ -56,9 +74,11 @@ from tfctl.remote.connect.transport import Transport
 
 Raw = Mapping[str, Any]
 
-__all__ = ["LaunchAnswer", "LogChunk", "PortState", "PutAnswer", "RestartLostAnswer",
-           "RunRecord", "StartState", "StatusAnswer", "StopAnswer", "SyncDiff", "TaskPid",
-           "TaskRecord", "UpCheck", "UpGo"]
+__all__ = ["ClaimsAnswer", "ConnectResult", "FinishAnswer", "GpuState", "LaunchAnswer",
+           "ListenAnswer", "LogChunk", "PortState", "ProbeAnswer", "PutAnswer", "ReleaseAnswer",
+           "ReserveAnswer", "RestartLostAnswer", "RunRecord", "StartState", "StatusAnswer",
+           "StopAnswer", "SyncDiff", "TaskPid", "TaskRecord", "TicketDropAnswer",
+           "TicketPutAnswer", "UpCheck", "UpGo"]
 
 
 def _call(t: Transport, op: str, request: Wire, timeout_s: float | None = 60.0) -> Any:
@@ -67,13 +87,12 @@ def _call(t: Transport, op: str, request: Wire, timeout_s: float | None = 60.0) 
 
 # ---------------------------------------------------------------- preflight
 
-def probe(t: Transport, workdir: str, ask_tf: bool = False) -> dict[str, Any]:
-    """What the host has (python, TensorFlow, nvidia-smi, disk, the workdir) (op `probe`); the
-    answer is read item by item by `runs.check`. `ask_tf`: also what TensorFlow says of itself
-    (version, package, the GPUs it sees), asked once per interpreter and cached on the host."""
-    answer: dict[str, Any] = _call(t, "probe", ProbeRequest(workdir, ask_tf),
-                                   timeout_s=240.0 if ask_tf else 60.0)
-    return answer
+def probe(t: Transport, workdir: str, ask_tf: bool = False) -> ProbeAnswer:
+    """What the host has (python, TensorFlow, nvidia-smi, disk, the workdir) (op `probe`).
+    `ask_tf`: also what TensorFlow says of itself (version, package, the GPUs it sees), asked
+    once per interpreter and cached on the host."""
+    return ProbeAnswer.from_wire(_call(t, "probe", ProbeRequest(workdir, ask_tf),
+                                       timeout_s=240.0 if ask_tf else 60.0))
 
 
 # ---------------------------------------------------------------- ports / port probe
@@ -95,15 +114,15 @@ def release_ports(t: Transport, token: str) -> None:
     _call(t, "ports", PortsRequest(release=token))
 
 
-def listen(t: Transport, numbers: Sequence[int], seconds: float) -> dict[str, Any]:
+def listen(t: Transport, numbers: Sequence[int], seconds: float) -> ListenAnswer:
     """Bind these ports for `seconds` in a background listener (op `listen`): bound, busy, pid."""
-    answer: dict[str, Any] = _call(t, "listen", ListenRequest(tuple(numbers), seconds))
-    return answer
+    return ListenAnswer.from_wire(_call(t, "listen", ListenRequest(tuple(numbers), seconds)))
 
 
-def connect(t: Transport, targets: Sequence[str], timeout_s: float) -> list[Raw]:
+def connect(t: Transport, targets: Sequence[str], timeout_s: float) -> list[ConnectResult]:
     """Try TCP connects from the host to each `address:port` (op `connect`)."""
-    return list(_call(t, "connect", ConnectRequest(tuple(targets), timeout_s))["targets"])
+    answer = _call(t, "connect", ConnectRequest(tuple(targets), timeout_s))
+    return list(ConnectAnswer.from_wire(answer).targets)
 
 
 # ---------------------------------------------------------------- a run's life
@@ -145,14 +164,15 @@ def stop(t: Transport, workdir: str, run_id: str, tasks: Sequence[str] | None = 
     return StopAnswer.from_wire(_call(t, "stop", request, timeout_s=grace_s + 60))
 
 
-def finish(t: Transport, workdir: str, run_id: str, record: Raw) -> None:
+def finish(t: Transport, workdir: str, run_id: str, record: Raw) -> FinishAnswer:
     """Record how the run ended on this host (op `finish`): `{"state": ..., ...}`."""
-    _call(t, "finish", FinishRequest(workdir, run_id, dict(record)))
+    return FinishAnswer.from_wire(_call(t, "finish", FinishRequest(workdir, run_id, dict(record))))
 
 
-def runs(t: Transport, workdir: str) -> list[RunRecord]:
-    """The runs this host's workdir holds, newest first (op `runs`)."""
-    return list(RunsAnswer.from_wire(_call(t, "runs", RunsRequest(workdir))).runs)
+def runs(t: Transport, workdir: str, energy: bool = False) -> list[RunRecord]:
+    """The runs this host's workdir holds, newest first (op `runs`); with `energy`, what each
+    GPU cost each run (read from the runs' gpu.csv: only when asked)."""
+    return list(RunsAnswer.from_wire(_call(t, "runs", RunsRequest(workdir, energy))).runs)
 
 
 # ---------------------------------------------------------------- logs, files, processes
@@ -181,8 +201,8 @@ def put_files(t: Transport, dest: str, files: Any, timeout_s: float = 120) -> Pu
 
 def procs(t: Transport, pids: Sequence[int]) -> dict[int, Raw | None]:
     """What the host's /proc says of each pid (None: gone or not visible) (op `procs`)."""
-    answer = _call(t, "procs", ProcsRequest(tuple(pids)))["procs"]
-    return {int(p): info for p, info in answer.items()}
+    answer = ProcsAnswer.from_wire(_call(t, "procs", ProcsRequest(tuple(pids))))
+    return {int(p): info for p, info in answer.procs.items()}
 
 
 # ---------------------------------------------------------------- `up` in two requests per host
@@ -217,39 +237,51 @@ def post_mark_up(t: Transport, workdir: str, run_id: str) -> None:
     agentclient.post(t, "up_mark", RunRef(workdir, run_id).to_wire())
 
 
-# ---------------------------------------------------------------- the lab: claims, reservations
+# ---------------------------------------------------------------- the lab and its queue
 
 def lab(t: Transport, workdir: str, sample_s: float | None = None,
-        linger_s: float | None = None) -> Raw:
+        linger_s: float | None = None) -> GpuState:
     """Everything `tfctl lab` shows of one host (op `lab`, remote/agent/lab.py): GPUs, compute
     apps, their processes, the claims and the idle sampler's measure; read by
     `remote.lab.view`. `sample_s`: how often the host's idle sampler samples."""
-    args: dict[str, Any] = {"workdir": workdir}
-    if sample_s is not None:
-        args["sample_s"] = sample_s
-    if linger_s is not None:
-        args["linger_s"] = linger_s
-    answer: Raw = agentclient.call(t, "lab", args, timeout_s=90)
-    return answer
+    return GpuState.from_wire(_call(t, "lab", LabRequest(workdir, sample_s, linger_s),
+                                    timeout_s=90))
 
 
-def claims(t: Transport) -> Raw:
+def claims(t: Transport) -> ClaimsAnswer:
     """The host's claims with their state and the warnings of files skipped (op `claims`)."""
-    answer: Raw = agentclient.call(t, "claims", {})
-    return answer
+    return ClaimsAnswer.from_wire(_call(t, "claims", ClaimsRequest()))
 
 
 def reserve(t: Transport, gpus: Sequence[int], until_s: float, note: str | None,
-            force: bool = False) -> Raw:
+            force: bool = False) -> ReserveAnswer:
     """Reserve `gpus` of the host until `until_s` (op `reserve`); RemoteError of kind
     `reserved` where another user's reservation stands (unless `force`)."""
-    answer: Raw = agentclient.call(t, "reserve", {"gpus": list(gpus), "until": until_s,
-                                                  "note": note, "force": force,
-                                                  "host": t.host.name})
-    return answer
+    request = ReserveRequest(tuple(gpus), until_s, note, force, t.host.name)
+    return ReserveAnswer.from_wire(_call(t, "reserve", request))
 
 
-def release(t: Transport, gpus: Sequence[int]) -> Raw:
+def release(t: Transport, gpus: Sequence[int]) -> ReleaseAnswer:
     """Remove our reservations of `gpus` on the host (op `release`)."""
-    answer: Raw = agentclient.call(t, "release", {"gpus": list(gpus)})
-    return answer
+    return ReleaseAnswer.from_wire(_call(t, "release", ReleaseRequest(tuple(gpus))))
+
+
+def gpu_state(t: Transport, beat: str | None = None, tickets: bool = False) -> GpuState:
+    """One host's GPUs, processes and claims (op `gpu_state`, remote/agent/tickets.py), as
+    placement and a waiting job read them; with `tickets`, its queue, our ticket `beat`
+    refreshed first."""
+    request = GpuStateRequest(tickets, beat or None)
+    return GpuState.from_wire(_call(t, "gpu_state", request))
+
+
+def ticket_put(t: Transport, ticket_id: str, job: str, gpus: Sequence[int] | None,
+               count: int | None, client: str | None) -> TicketPutAnswer:
+    """Leave (or refresh, keeping its place) our queue ticket on the host for `gpus` or `count`
+    free GPUs (op `ticket_put`)."""
+    request = TicketRequest(ticket_id, job, None if gpus is None else tuple(gpus), count, client)
+    return TicketPutAnswer.from_wire(_call(t, "ticket_put", request))
+
+
+def ticket_drop(t: Transport, ticket_id: str) -> TicketDropAnswer:
+    """Remove our queue ticket from the host, where it is (op `ticket_drop`)."""
+    return TicketDropAnswer.from_wire(_call(t, "ticket_drop", TicketRequest(ticket_id)))

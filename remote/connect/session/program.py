@@ -3,7 +3,7 @@
 Client side only. The `from tfctl...` lines of the agent files (and imports used only for
 annotations) are cut, since on a host the files are one module and nothing of tfctl is
 installed. The cut is a scan of top-level import statements rather than `ast.parse` (12 ms of
-every command); tests/lab/test_agent.py checks that both agree.
+every command); tests/testbed/test_agent.py checks that both agree.
 """
 
 from __future__ import annotations
@@ -13,10 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-AGENT_FILES = ("wire.py", "vocab.py", "proc.py", "run.py", "state.py", "sync.py", "wait.py",
-               "tfprobe.py", "freeports.py", "notify.py", "nvfields.py", "speed.py", "disk.py",
-               "record.py", "claims.py", "watch.py", "main.py",
-               "up.py", "boot.py", "lost.py", "lab.py", "tickets.py", "optable.py")
+from tfctl.remote.agent.wire import WIRE_VERSION
+
+AGENT_FILES = ("wire.py", "vocab.py", "proc.py", "jsonfile.py", "rundir.py", "tasklog.py",
+               "detach.py", "supervisor.py", "state.py", "sync.py", "wait.py", "tfprobe.py",
+               "freeports.py", "notify.py", "nvfields.py", "speed.py", "disk.py", "record.py",
+               "claims.py", "energy.py", "watch.py", "hostops.py", "runops.py", "up.py", "boot.py",
+               "lost.py", "lab.py", "tickets.py", "optable.py")
+"""The agent's files in the order they are joined: a file's top-level names (a record's base
+class, a default value, a module constant) are defined before a file that uses them at import
+time; names a function reads are found when it runs."""
 # Imported only for building the program or for annotations (strings under `from __future__
 # import annotations`): cut from the program, saving ~10 ms of imports at each agent start.
 CLIENT_ONLY_MODULES = ("tfctl", "__future__", "ast", "pathlib", "typing")
@@ -60,8 +66,9 @@ def _modules(statement: str) -> list[str]:
 
 
 def render_request(source: str, op: str, args: dict[str, Any]) -> str:
-    """`source` with the request appended as its last line (JSON inside a Python string)."""
-    request = dict(args, op=op)
+    """`source` with the request (in this tfctl's version of the wire) appended as its last line
+    (JSON inside a Python string)."""
+    request = dict(args, op=op, v=WIRE_VERSION)
     return f"{source}\nmain(json.loads({json.dumps(request)!r}))\n"
 
 

@@ -1,5 +1,6 @@
 """What a host's run directory records of a run (`manifest.json`): the run's rules and each of
-the host's tasks, as `up` sends them to the host's agent (remote/agent/run.py reads them)."""
+the host's tasks, as `up` sends them to the host's agent (remote/agent/supervisor.py starts
+them)."""
 
 from __future__ import annotations
 
