@@ -378,7 +378,7 @@ class SyncDiffRequest(Wire):
 
     workdir: str | None = None
     entries: str | None = None
-    """[path, signature] as JSON, zlib, base64 (`sync/listing.py`)."""
+    """[path, signature] as JSON, zlib, base64 (remote/sync/rsync.py, `SourceListing`)."""
 
 
 @dataclass(frozen=True, eq=False, repr=False)
