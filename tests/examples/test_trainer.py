@@ -84,14 +84,17 @@ class Processes:
         """SIGTERM ends ps/worker servers; MultiWorkerMirrored ignores it, so SIGKILL after."""
         stop_groups(self.started.values(), 5)
 
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
-    started = Processes(tmp_path)
-    try:
+    with Processes(tmp_path) as started:
         yield started
-    finally:
-        started.stop_all()
 
 
 def result_of(log: str) -> dict[str, object]:

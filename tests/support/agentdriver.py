@@ -79,8 +79,9 @@ def task(name: str, argv: list[str], port: int | None = None, restart: dict[str,
 
 
 class AgentDir:
-    """A workdir the agent's runs go in, driven operation by operation; `cleanup` stops every
-    run it started (tests get one as the `agent_dir` fixture, tests/support/fixtures.py)."""
+    """A workdir the agent's runs go in, driven operation by operation; `cleanup` (or leaving
+    it as a context) stops every run it started (tests get one as the `agent_dir` fixture,
+    tests/support/fixtures.py)."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = str(workdir)
@@ -115,6 +116,12 @@ class AgentDir:
             call("stop", workdir=self.workdir, run_id=run_id, grace_s=0.2)
             for pid in tagged(run_id):  # only if stop failed: the pids we started, by id
                 os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> AgentDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
 
 
 SLEEPER = "echo hi; exec sleep 60"

@@ -27,11 +27,8 @@ from tests.support.testbedtools import wait_until
 
 @pytest.fixture
 def agent_dir(tmp_path: Path) -> Iterator[AgentDir]:
-    the_dir = AgentDir(tmp_path)
-    try:
+    with AgentDir(tmp_path) as the_dir:
         yield the_dir
-    finally:
-        the_dir.cleanup()
 
 
 @pytest.fixture

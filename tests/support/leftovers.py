@@ -117,6 +117,14 @@ def stop_groups(procs: Iterable[subprocess.Popen[Any]], grace_s: float) -> None:
             proc.wait(timeout=grace_s)
 
 
+def kill_started(procs: Iterable[subprocess.Popen[Any]]) -> None:
+    """SIGKILL each of the processes a test started that still runs, and reap them all."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
 def wait_gone(token: str, timeout_s: float) -> list[Leftover]:
     """The session's processes still running after up to `timeout_s` (they may be exiting)."""
     deadline = time.monotonic() + timeout_s

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.leftovers import kill_started
 from tfctl.remote.gpus.history import HostTelemetry, TelemetryState
 from tfctl.remote.gpus.nvsmi import (
     DEFAULT_COMPUTE_APP_FIELDS,
@@ -71,10 +72,7 @@ class StandinBench:
         return child
 
     def stop_all(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.kill()
-            child.wait(timeout=10)
+        kill_started(self.children)
 
     def gpus(self) -> dict[int, GpuSample]:
         result = self.nvsmi(query_gpu_argv(FIELDS))

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
+from tests.support.leftovers import kill_started
 from tests.support.testbed import Testbed
 from tests.support.testbedtools import FOREVER, wait_until
 from tfctl.inventory.load import load_inventory
@@ -103,10 +104,7 @@ class Bench:
         return found
 
     def close(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.kill()
-            child.wait(timeout=10)
+        kill_started(self.children)
 
 
 @pytest.fixture
