@@ -2,8 +2,9 @@
 
 Each host knows its part of each run (`<workdir>/.tfctl/runs/<id>/`); a run's summary joins
 them: when it started (the earliest manifest), how it ended (`finished.json`, written by the
-hosts' watchers or by a client), its tasks and hosts, and where its outputs are. A host that
-does not answer is named, and the runs are listed from the others.
+hosts' watchers or by a client), its tasks and hosts, where its outputs are, and what its GPUs
+cost (GPU-hours and energy, which each host works out from its records: agent/energy.py). A
+host that does not answer is named, and the runs are listed from the others.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfctl.remote.agent.vocab import GpuCost
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.connect.session import agentclient
+from tfctl.remote.connect.session import agentops
+from tfctl.remote.history.cost import RunCost, cost_from_hosts
 
 
 @dataclass
@@ -29,6 +32,13 @@ class RunSummary:
     hosts: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     """`host:path` of each output folder."""
+    gpu_costs: dict[str, list[GpuCost] | None] = field(default_factory=dict)
+    """Host → what each GPU the run held there cost (None: the host did not say)."""
+
+    @property
+    def cost(self) -> RunCost:
+        """GPU-hours and energy over the hosts (cost.py)."""
+        return cost_from_hosts(self.gpu_costs)
 
     @property
     def duration_s(self) -> float | None:
@@ -40,15 +50,16 @@ class RunSummary:
         return {"run_id": self.run_id, "started_at": self.started_at,
                 "finished_at": self.finished_at, "duration_s": self.duration_s,
                 "live": self.live, "ended": self.ended, "exit_code": self.exit_code,
-                "tasks": self.tasks, "hosts": self.hosts, "outputs": self.outputs}
+                "tasks": self.tasks, "hosts": self.hosts, "outputs": self.outputs,
+                **self.cost.to_json()}
 
 
 def list_runs(fleet: Fleet) -> tuple[list[RunSummary], dict[str, str]]:
     """The runs, newest first, and the hosts that did not answer (host → why)."""
-    answers = fleet.map(lambda t: agentclient.call(t, "runs", {"workdir": t.host.workdir}))
+    answers = fleet.map(lambda t: agentops.runs(t, t.host.workdir, energy=True))
     workdirs = {h.name: h.workdir for h in fleet.inventory.hosts}
-    runs = merge_runs({host: found["runs"] for host, found in answers.succeeded.items()},
-                      workdirs)
+    runs = merge_runs({host: [r.to_wire() for r in found]
+                       for host, found in answers.succeeded.items()}, workdirs)
     return runs, {host: str(exc) for host, exc in answers.failed.items()}
 
 
@@ -68,6 +79,8 @@ def merge_runs(by_host: Mapping[str, Sequence[Mapping[str, Any]]],
             run.outputs += [f"{host}:{workdirs.get(host, '?')}/{o}" for o in raw.get("outputs")
                             or []]
             _take_end(run, raw.get("finished"))
+            costs = raw.get("gpu_costs")
+            run.gpu_costs[host] = None if costs is None else [GpuCost.from_wire(c) for c in costs]
     for run in runs.values():
         if run.live:
             run.ended, run.finished_at = None, None

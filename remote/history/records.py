@@ -14,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfctl.remote.agent.energy import energy_task_mask
+from tfctl.remote.agent.energy import energy_why_unsampled as why_unsampled
+
 RUN_FOLDER = "tfctl-run"
 
 
@@ -81,6 +84,8 @@ class RunRecording:
     events: list[Event] = field(default_factory=list)
     masks: dict[str, str] = field(default_factory=dict)
     """Task → its CUDA_VISIBLE_DEVICES, from the manifests."""
+    gpu_lists: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)
+    """Host → its GPUs as (index, uuid, name), from gpus.json, sampled or not."""
     task_hosts: dict[str, str] = field(default_factory=dict)
     log_tails: dict[str, list[str]] = field(default_factory=dict)
     unsampled: dict[str, str] = field(default_factory=dict)
@@ -171,17 +176,6 @@ def parse_events(text: str, host: str) -> list[Event]:
     return events
 
 
-def why_unsampled(info: Mapping[str, Any], present: bool) -> str:
-    """Why a host's `gpu.csv` holds no sample, from its `gpus.json` (the recorder's word)."""
-    if info.get("unrecorded"):
-        return str(info["unrecorded"])
-    if not present:
-        return "its run folder holds no gpus.json: the recorder did not start"
-    if not info.get("gpus"):
-        return "nvidia-smi listed no GPUs"
-    return "nvidia-smi gave no sample"
-
-
 def read_run(root: str, run_id: str) -> RunRecording:
     """Every host folder under `root` (= runs/<id>), joined into one record."""
     record = RunRecording(run_id)
@@ -206,7 +200,7 @@ def _read_host(record: RunRecording, host: str, folder: str) -> None:
     if created is not None:
         record.started_at = min(record.started_at or created, created)
     for task in manifest.get("tasks", []):
-        record.masks[task["name"]] = str(task.get("cuda_visible_devices", ""))
+        record.masks[task["name"]] = energy_task_mask(task)
         record.task_hosts[task["name"]] = host
         tail = text(f"{task['name'].replace(':', '-')}.log").splitlines()[-40:]
         record.log_tails[task["name"]] = tail
@@ -219,6 +213,8 @@ def _read_host(record: RunRecording, host: str, folder: str) -> None:
     info = json.loads(info_text or "{}")
     start = float(info.get("started_at") or created or 0)
     tracks = parse_gpu_csv(text("gpu.csv"), host, info.get("gpus", []), start)
+    record.gpu_lists[host] = [(int(g["index"]), str(g.get("uuid") or ""), str(g.get("name") or ""))
+                              for g in info.get("gpus", []) if str(g.get("index", "")).isdigit()]
     record.gpus += [t for t in tracks if t.t_s]
     if not any(t.t_s for t in tracks):
         record.unsampled[host] = why_unsampled(info, bool(info_text))

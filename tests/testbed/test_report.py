@@ -140,6 +140,9 @@ def test_where_nvidia_smi_records_nothing_the_report_says_so_and_claims_nothing(
     assert said in report.stdout
     page = (out / "report.html").read_text()
     assert said in page and "unknown: no GPU samples were recorded" in page
-    assert "idle" not in report.stdout and "every GPU" not in page and "0.00" not in page
+    assert "idle" not in report.stdout and "every GPU" not in page and "0.00 /" not in page
+    # the hours worker:0 held its GPUs are known (from its start and exit), their energy is not
+    assert f"energy unknown (no GPU samples: {NVML_FAILS}: h1 GPU 0, h1 GPU 1, h1 GPU 2, " \
+        "h1 GPU 3)" in report.stdout and " Wh" not in report.stdout + page
     assert not (out / "gpus-h1.png").exists()
     assert page.count("data:image/png;base64,") == 2  # speed and timeline: what was recorded

@@ -62,7 +62,8 @@ def test_a_host_without_samples_is_said_so_and_nothing_is_claimed(
     page = Path(written.page).read_text()
     assert "no GPU samples were recorded on h1 (why: " in page
     assert "unknown: no GPU samples were recorded" in page
-    assert "0.00" not in page and "every GPU" not in page
+    assert "energy unknown (no GPU samples: " in page  # the hours held are known, not energy
+    assert "0.00 /" not in page and " Wh" not in page and "every GPU" not in page
     assert not (tmp_path / "report" / "gpus-h1.png").exists()  # no empty GPU figure
     assert [Path(p).name for p in written.pngs] == ["timeline.png"]
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.history.collect import collect, collect_root
-from tfctl.remote.history.findings import Finding, all_findings, summarize
+from tfctl.remote.history.cost import RunCost, recording_cost
+from tfctl.remote.history.findings import Finding, Summary, all_findings, summarize
 from tfctl.remote.history.records import read_run
 from tfctl.tui.report.page import Written, write_report
 
@@ -20,6 +21,8 @@ from tfctl.tui.report.page import Written, write_report
 class Built:
     written: Written
     findings: list[Finding]
+    summary: Summary
+    cost: RunCost
     missing_hosts: dict[str, str]
     """Hosts whose records could not be fetched (host → why): the report leaves them out."""
 
@@ -29,7 +32,8 @@ def build_report(fleet: Fleet, run_id: str, hosts: list[str],
     fetched = collect(fleet, run_id, hosts, outputs=False)
     root = collect_root(fleet.inventory, run_id)
     record = read_run(root, run_id)
-    findings = all_findings(record)
-    written = write_report(record, summarize(record), findings,
-                           out_dir or os.path.join(root, "report"))
-    return Built(written, findings, {h: str(e) for h, e in fetched.failed.items()})
+    findings, summary, cost = all_findings(record), summarize(record), recording_cost(record)
+    written = write_report(record, summary, findings, out_dir or os.path.join(root, "report"),
+                           cost)
+    return Built(written, findings, summary, cost,
+                 {h: str(e) for h, e in fetched.failed.items()})

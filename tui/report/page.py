@@ -8,6 +8,13 @@ import os
 import time
 from dataclasses import dataclass
 
+from tfctl.remote.history.cost import (
+    WHOLE_BOARD,
+    RunCost,
+    energy_line,
+    hours_text,
+    recording_cost,
+)
 from tfctl.remote.history.findings import Finding, Summary
 from tfctl.remote.history.records import RunRecording
 from tfctl.tui.report import figures
@@ -20,7 +27,10 @@ class Written:
 
 
 def write_report(record: RunRecording, summary: Summary, findings: list[Finding],
-                 out_dir: str) -> Written:
+                 out_dir: str, cost: RunCost | None = None) -> Written:
+    """The PNGs and report.html into `out_dir` (`cost`: what the GPUs cost, else computed
+    from the record)."""
+    cost = recording_cost(record) if cost is None else cost
     os.makedirs(out_dir, exist_ok=True)
     images: list[tuple[str, str, bytes]] = []
     for host in sorted({g.host for g in record.gpus}):
@@ -40,7 +50,7 @@ def write_report(record: RunRecording, summary: Summary, findings: list[Finding]
         pngs.append(path)
     page = os.path.join(out_dir, "report.html")
     with open(page, "w", encoding="utf-8") as out:
-        out.write(render_html(record, summary, findings, images))
+        out.write(render_html(record, summary, findings, images, cost))
     return Written(page, tuple(pngs))
 
 
@@ -54,8 +64,25 @@ def gpu_hours(summary: Summary) -> str:
     return hours
 
 
+def cost_rows(cost: RunCost) -> list[tuple[str, str, str, str, str]]:
+    """Per GPU: (GPU, name, hours held, energy, what to know about it)."""
+    rows = []
+    for g in cost.gpus:
+        c = g.cost
+        energy = "unknown" if c.energy_wh is None else \
+            f"{'≥' if (c.unsampled_s or 0) > 0 else ''}{c.energy_wh:.2f} Wh"
+        notes = [c.energy_unknown] if c.energy_unknown else []
+        if (c.unsampled_s or 0) > 0:
+            notes.append(f"{c.unsampled_s:.0f} s without a power reading, not counted")
+        if c.shared_with:
+            notes.append(f"shared with {', '.join(c.shared_with)}: includes theirs")
+        rows.append((g.label, c.name, hours_text(c.held_s / 3600), energy, "; ".join(notes)))
+    return rows
+
+
 def render_html(record: RunRecording, summary: Summary, findings: list[Finding],
-                images: list[tuple[str, str, bytes]]) -> str:
+                images: list[tuple[str, str, bytes]], cost: RunCost | None = None) -> str:
+    cost = recording_cost(record) if cost is None else cost
     esc = html.escape
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at or 0))
     speed = ", ".join(f"{task} {value:.1f}/s" for task, value in sorted(
@@ -63,8 +90,16 @@ def render_html(record: RunRecording, summary: Summary, findings: list[Finding],
     rows = [("run", record.run_id), ("started", started),
             ("duration", "?" if summary.duration_s is None else f"{summary.duration_s:.0f} s"),
             ("ended", summary.ended), ("mean speed", speed),
-            ("GPU-hours busy / idle", gpu_hours(summary))]
+            ("cost", energy_line(cost)),
+            ("GPU-hours busy / idle (all GPUs sampled)", gpu_hours(summary))]
     table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    costs = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>"
+                    for row in cost_rows(cost))
+    costs_html = f"""<h2>What each GPU cost</h2>
+<table class="cost"><tr><th>GPU</th><th>name</th><th>hours held</th><th>energy</th><th></th></tr>
+{costs}</table>
+<p class="note">GPU-hours: from the first start to the last exit of the run's tasks whose
+CUDA_VISIBLE_DEVICES named the GPU. Note: {esc(WHOLE_BOARD)}.</p>""" if costs else ""
     items = "".join(f'<li class="{esc(f.level)}">{esc(f.text)}</li>' for f in findings) or \
         '<li class="info">nothing to report: every GPU sampled worked and every task ended ' \
         'well</li>'
@@ -80,12 +115,14 @@ body {{ font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #22
 th {{ text-align: left; padding-right: 1em; }}
 li.fail {{ color: #b00020; }} li.warn {{ color: #8a5a00; }} li.info {{ color: #205020; }}
 figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; border: 1px solid #ddd; }}
+table.cost td {{ padding-right: 1.2em; }} p.note {{ color: #555; font-size: 90%; }}
 </style></head>
 <body>
 <h1>Run {esc(record.run_id)}</h1>
 <table>{table}</table>
 <h2>Findings</h2>
 <ul>{items}</ul>
+{costs_html}
 <h2>Figures</h2>
 {figures_html}
 </body></html>
