@@ -1,22 +1,33 @@
-"""`tfctl ui` (and bare `tfctl`): the Textual dashboard over the real lab.
+"""`tfctl ui` (and bare `tfctl`): the Textual dashboard over the real lab, in the terminal or,
+with `--web`, served to browsers (tui/web/: one dashboard process per browser tab).
 
-Textual and the app are imported inside the command, so headless commands never load them.
-The GPU watch (`RunController.gpu_watch`: telemetry hub, owners and findings) and the
-TensorBoard tunnel come from the controller.
+Textual and the app are imported inside the command, so headless commands never load them;
+textual-serve and aiohttp only under `--web`. The GPU watch (`RunController.gpu_watch`: telemetry
+hub, owners and findings) and the TensorBoard tunnel come from the controller.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from functools import partial
 from typing import TYPE_CHECKING
 
 import click
 
-from tfctl.tui.cli.context import obj
+from tfctl.tui.cli.context import EXIT_FAILED, Context, obj
+from tfctl.tui.cli.output import echo, say, secho, warn
 
 if TYPE_CHECKING:
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
+    from tfctl.tui.web.viewer import Viewer
+
+WEB_PORT = 8123
+"""`ui --web`'s port unless --port says otherwise."""
+LAPTOP_PORT = 8080
+"""The local port the printed `ssh -L` line suggests (any free one works)."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @click.command()
@@ -25,43 +36,130 @@ if TYPE_CHECKING:
               "~1 s, so faster buys little).")
 @click.option("--task-refresh", "task_refresh_s", type=click.FloatRange(min=0.5), default=2.0,
               show_default=True, help="Seconds between task polls of each host.")
+@click.option("--web", is_flag=True, help="Serve the dashboard to browsers instead, one "
+              "dashboard per tab: on 127.0.0.1, at the address it prints (with a token); from "
+              "a laptop through `ssh -L` (README: the dashboard in a browser).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help=f"With --web: the port to listen on (default {WEB_PORT}; 0: any free one).")
+@click.option("--host", "bind_host", metavar="ADDR", default=None,
+              help="With --web: the address to listen on (default 127.0.0.1); any other opens "
+                   "the dashboard to whoever reaches it and has the address.")
+@click.option("--web-viewer", is_flag=True, hidden=True,
+              help="One browser tab's dashboard (what --web starts per tab).")
 @click.pass_context
-def ui(ctx: click.Context, gpu_refresh_s: float, task_refresh_s: float) -> None:
+def ui(ctx: click.Context, gpu_refresh_s: float, task_refresh_s: float, web: bool,
+       port: int | None, bind_host: str | None, web_viewer: bool) -> None:
     """The dashboard: every host's GPUs, the job's tasks and logs, and keys for up/down/sync.
 
     Keys: u up · d down · s sync · r restart task · t tunnel · x shell · l logs · g GPUs ·
     / filter · ? help · q quit (the job keeps running).
 
+    With --web, the same dashboard in a browser: Ctrl-C ends the server and every tab's
+    dashboard.
+
     \b
     Example:
       tfctl ui
       tfctl -i cluster.yaml ui --gpu-refresh 2
+      tfctl ui --web --port 8123    # on a laptop: ssh -L 8080:127.0.0.1:8123 lab-host
     """
-    from tfctl.remote.runs.controller import RunController
-
     c = obj(ctx)
-    # Its own connections for as long as it runs: it needs no holder (remote/connect/hold), and
-    # one would stay, lent out, for the dashboard's whole life.
-    options = dataclasses.replace(c.ssh_options(), persist_s=0.0)
+    if not web and (port is not None or bind_host is not None):
+        raise click.UsageError("--port and --host go with --web")
+    if web:
+        serve_web(c, WEB_PORT if port is None else port, bind_host or "127.0.0.1",
+                  gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s)
+        return
+    from tfctl.remote.controller import RunController
+
+    viewer: Viewer | None = None
+    if web_viewer:  # a browser tab's: the server's holder lends it the hosts' agent sessions
+        from tfctl.tui.web.viewer import Viewer
+
+        viewer, options = Viewer(), c.ssh_options()
+    else:  # its own connections for as long as it runs: it needs no holder
+        # (remote/connect/hold), and one would stay, lent out, for the dashboard's whole life.
+        options = dataclasses.replace(c.ssh_options(), persist_s=0.0)
     controller = RunController(c.load(), options)
     try:
-        run_app(controller, gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s)
+        run_app(controller, gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s,
+                viewer=viewer)
     finally:
         controller.close()
 
 
 def run_app(controller: RunController, *, gpu_refresh_s: float = 1.0,
-            task_refresh_s: float = 2.0) -> None:
+            task_refresh_s: float = 2.0, viewer: Viewer | None = None) -> None:
     """Show the dashboard over an existing controller until the user quits (`tfctl demo`
-    uses this too). The caller keeps the controller and closes it."""
+    uses this too), or, with a `viewer`, in its browser tab. The caller keeps the controller
+    and closes it."""
     from tfctl.tui.app.factory import make_app
 
     watch = controller.gpu_watch()  # the hub is the app's TelemetrySource; it starts it
     app = make_app(controller, watch.hub, owners=watch.owner_of, findings=watch,
                    tunnel=controller.tensorboard_tunnel(), gpu_refresh_s=gpu_refresh_s,
                    task_refresh_s=task_refresh_s, reporter=partial(_report_page, controller),
-                   shell=partial(_shell, controller))
-    app.run()
+                   shell=partial(_shell, controller),
+                   opener=None if viewer is None else viewer.open_page)
+    if viewer is None:
+        from tfctl.tui.app.terminate import exit_on_sigterm
+
+        with exit_on_sigterm(app):
+            app.run()
+    else:
+        viewer.run(app)
+
+
+def serve_web(c: Context, port: int, host: str, *, gpu_refresh_s: float,
+              task_refresh_s: float) -> None:
+    """`ui --web`: the dashboard for browsers until Ctrl-C (tui/web/server.py); each tab runs
+    `viewer_argv`, which names every option of this command line but the token."""
+    import socket
+
+    from tfctl.tui.web.server import DashboardServer
+
+    inv = c.load()  # a broken inventory is said once, here, not in every tab
+    if c.persist_s > 0 and any(h.transport != "local" for h in inv.hosts):
+        from tfctl.remote.connect.hold.borrow import start_holder
+
+        start_holder(c.persist_s)  # the viewers borrow from it; it outlives us by --persist
+    if host not in LOOPBACK:
+        warn(f"--host {host}: the dashboard listens beyond this machine, over plain HTTP; "
+             "whoever reaches the port with the address drives it (127.0.0.1 and `ssh -L` "
+             "keep it to you)")
+    server_name = socket.gethostname()
+
+    def ready(bound: str, bound_port: int) -> None:
+        token = server.access.token
+        shown = server_name if bound in ("0.0.0.0", "::", "") else bound
+        shown = f"[{shown}]" if ":" in shown else shown
+        target = "127.0.0.1" if bound in ("0.0.0.0", "::", "") else shown
+        say(f"the dashboard of {inv.name} in a browser, one per tab (Ctrl-C ends them all):")
+        echo(f"http://{shown}:{bound_port}/?token={token}")
+        say(f"from a laptop: ssh -L {LAPTOP_PORT}:{target}:{bound_port} {server_name}, then "
+            f"open http://127.0.0.1:{LAPTOP_PORT}/?token={token}")
+
+    server = DashboardServer(viewer_argv(c, gpu_refresh_s, task_refresh_s), host=host,
+                             port=port, title=f"tfctl · {inv.name}", on_ready=ready)
+    try:
+        server.serve()
+    except OSError as exc:
+        secho(f"error: cannot listen on {host} port {port}: {exc.strerror or exc}; choose "
+              "another --port (0: any free one)", fg="red", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def viewer_argv(c: Context, gpu_refresh_s: float, task_refresh_s: float) -> list[str]:
+    """The command of one browser tab's dashboard: this `tfctl ui`'s options, files made
+    absolute, as `ui --web-viewer`."""
+    argv = [sys.executable, "-m", "tfctl.tui", "-i", os.path.abspath(c.inventory_file()),
+            "--connect-timeout", str(c.connect_timeout_s), "--persist", str(c.persist_s)]
+    if c.hostfile is not None:
+        argv += ["--hostfile", os.path.abspath(c.hostfile)]
+    if c.accept_new_host_keys:
+        argv.append("--accept-new-host-keys")
+    return [*argv, "ui", "--web-viewer", "--gpu-refresh", str(gpu_refresh_s),
+            "--task-refresh", str(task_refresh_s)]
 
 
 def _shell(controller: RunController, target: str) -> int:

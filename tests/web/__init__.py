@@ -1,0 +1,1 @@
+"""`tfctl ui --web` in a real headless Chromium."""
