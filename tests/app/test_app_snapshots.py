@@ -8,7 +8,7 @@ the report.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from textual.pilot import Pilot
@@ -30,7 +30,8 @@ SnapCompare = Callable[..., bool]
 pytestmark = pytest.mark.usefixtures("utc")
 
 
-def lab_app() -> TfctlApp:
+def fixed_app() -> TfctlApp:
+    """The dashboard over the fakes, its wall clock stopped at FIXED_WALL_S."""
     return make_app(FakeController(), FakeTelemetry(), findings=lab_findings,
                     tunnel=FakeTunnel(), clock=lambda: FIXED_WALL_S)
 
@@ -50,36 +51,37 @@ async def settled(pilot: Pilot[None]) -> None:
 
 
 def test_wide_dashboard(snap_compare: SnapCompare) -> None:
-    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=settled)
+    assert snap_compare(fixed_app(), terminal_size=(160, 48), run_before=settled)
 
 
 def test_narrow_dashboard_tasks_tab(snap_compare: SnapCompare) -> None:
-    assert snap_compare(lab_app(), terminal_size=(80, 24), run_before=settled)
+    assert snap_compare(fixed_app(), terminal_size=(80, 24), run_before=settled)
+
+
+def after_pressing(key: str) -> Callable[[Pilot[None]], Awaitable[None]]:
+    """A snapshot's `run_before`: the dashboard settled, then `key` pressed."""
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settled(pilot)
+        await pilot.press(key)
+        await pilot.pause(0.1)
+
+    return run_before
 
 
 def test_narrow_dashboard_logs_tab(snap_compare: SnapCompare) -> None:
-    async def logs(pilot: Pilot[None]) -> None:
-        await settled(pilot)
-        await pilot.press("l")
-        await pilot.pause(0.1)
-
-    assert snap_compare(lab_app(), terminal_size=(80, 24), run_before=logs)
+    assert snap_compare(fixed_app(), terminal_size=(80, 24), run_before=after_pressing("l"))
 
 
 def test_down_asks_first(snap_compare: SnapCompare) -> None:
-    async def down(pilot: Pilot[None]) -> None:
-        await settled(pilot)
-        await pilot.press("d")
-        await pilot.pause(0.1)
-
-    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=down)
+    assert snap_compare(fixed_app(), terminal_size=(160, 48), run_before=after_pressing("d"))
 
 
 def test_lab_view(snap_compare: SnapCompare) -> None:
     """`L`: every GPU of every host, held, reserved, idle, stale
     (tests/support/fakes/ui_sources.py)."""
 
-    async def testbed(pilot: Pilot[None]) -> None:
+    async def lab_view_shown(pilot: Pilot[None]) -> None:
         from textual.widgets import DataTable
 
         from tfctl.tui.app.labview import LabScreen
@@ -93,4 +95,4 @@ def test_lab_view(snap_compare: SnapCompare) -> None:
             await pilot.pause(0.05)
         await pilot.pause(0.1)
 
-    assert snap_compare(lab_app(), terminal_size=(160, 48), run_before=testbed)
+    assert snap_compare(fixed_app(), terminal_size=(160, 48), run_before=lab_view_shown)
