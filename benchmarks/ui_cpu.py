@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
-from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+from tfctl.remote.controller import DownSummary
+from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
-from tfctl.remote.runs.controller import DownSummary
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.status import TaskStatus

@@ -1,7 +1,10 @@
-"""The job for other schedulers: the same plan as a Slurm batch script or a Kubeflow TFJob.
+"""The engines a run starts on, and their one interface.
 
-Pure text generation over `inventory.plan.Plan` (no I/O, no SSH): `slurm.py` writes an sbatch
-script whose tasks compute their TF_CONFIG (or flags) from the allocation when they start, and
-`tfjob.py` writes a `kubeflow.org/v1` TFJob whose pods get theirs from the training operator.
-`tfctl export slurm|tfjob` (tui/cli/plan.py) prints them.
+engine.py: the `Engine` Protocol (start, status, host status, logs, wait, down, restart,
+rollback), `UpOptions`, and the records the engines answer with; hosts.py: `HostsEngine`, the
+user's hosts through their agents; slurm.py: `SlurmEngine`, one Slurm job (slurm_read.py reads
+its state); choice.py: which engine a new run starts on (`up --on`) and which the current run
+is on. The engines use remote/runs/ (the up sequence, status, logs, stop) and
+remote/exporters/ (the sbatch script); neither imports this package. `RunController`
+(remote/controller.py) sits above both.
 """

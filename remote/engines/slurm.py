@@ -1,228 +1,328 @@
-"""The plan as one Slurm batch script that a person can read, edit and `sbatch` by hand.
+"""`tfctl up --on slurm`: the job submitted to a Slurm cluster, and the same run afterwards.
 
-Design: one job step per planned task. The driver (the batch script on the allocation's first
-node) starts every task with `srun --overlap --nodes=1 --ntasks=1 --nodelist=<node>`, so
+The inventory's `slurm:` says where: `host: local` runs `sbatch` here, a host entry's name runs
+it there over tfctl's own SSH connection. `start` syncs the code once to `slurm.workdir` (on
+the cluster's shared filesystem, so every node sees it; `remote/sync/rsync.py`, the hosts'
+sync), writes the script `tfctl export slurm` prints (remote/exporters/slurm.py) into
+`<workdir>/.tfctl/slurm/`, runs `sbatch --parsable` there and remembers the job in the state
+file beside the inventory (as a run on the hosts is remembered, `remote/runs/current.py`, with
+`engine: slurm`). A `SlurmEngine` is the run's `Engine` (engine.py): `RunController` hands it
+status, logs, wait and down (`slurm_read.py` reads the state), and it refuses `restart`: Slurm
+restarts a job's tasks only inside the job.
 
-- each task lands on the node that stands for its lab host (the plan's hosts in file order
-  become the allocation's nodes in `scontrol show hostnames` order) and nowhere else, which
-  neither `srun --multi-prog` (Slurm's block distribution decides the placement) nor a
-  heterogeneous job (one component per host, many extra `#SBATCH hetjob` lines) gives as simply;
-- the driver sees every task end with its own exit status, so it ends the job as tfctl does on
-  the lab (`remote/runs/endrule.py`): the chief's end, worker 0's under flags, else every
-  worker's; parameter servers are stopped then, the others get a grace;
-- `--overlap` lets the steps on one node share its CPUs, memory and GPUs, as processes on a lab
-  host do; each task's CUDA_VISIBLE_DEVICES is set by the launcher (see `slurm_sh.tfctl_gpus`).
-
-Each task's TF_CONFIG (tf_config style) or `--ps_hosts/--worker_hosts/--job_name/--task_index`
-(flags style) is computed when the task starts, from the nodes Slurm gave the job, exactly as
-`inventory/plan.py` builds them from the hosts: so the script is the plan with host names
-replaced by node names. A task's GPUs are written as positions among its host's selected GPUs
-(`gpus: [0, 2]`: masks 0 and 2 become positions 0 and 1), since a Slurm node's GPUs are those
-it gives the job. Conventions after TensorFlow's SlurmClusterResolver
-(tensorflow/python/distribute/cluster_resolver/slurm_cluster_resolver.py).
+`cancel` is `scancel`: Slurm signals every step (SIGTERM, SIGKILL after its `KillWait`) and the
+job leaves `COMPLETING` only once every step's processes are gone, which is what `down` waits
+for and verifies (no step of the job left in `squeue --steps`).
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import functools
+import os
 import shlex
-import textwrap
-from collections import Counter
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.errors import InventoryError
-from tfctl.inventory.model import Inventory, Slurm
-from tfctl.inventory.plan import Plan, Task
-from tfctl.remote.agent.watch import WORKER_GRACE_S
-from tfctl.remote.engines.slurm_sh import MACHINERY
-from tfctl.remote.runs.endrule import deciders, serving_types
+from tfctl.inventory.model import Host, Inventory, Slurm
+from tfctl.inventory.plan import Plan
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.connect.transport import SshOptions, Transport, shell_path
+from tfctl.remote.engines.engine import (
+    DownSummary,
+    EngineRefused,
+    Started,
+    StatusReport,
+    UpOptions,
+    WaitResult,
+)
+from tfctl.remote.engines.slurm_read import (
+    SlurmJob,
+    SlurmLogFollower,
+    SlurmStatus,
+    SlurmTask,
+    read_job,
+)
+from tfctl.remote.errors import RemoteError
+from tfctl.remote.exporters.slurm import sbatch_script
+from tfctl.remote.runs.current import CurrentRun, read_state, write_state
+from tfctl.remote.runs.status import TaskStatus, describe_error, describe_fatal
+from tfctl.remote.sync.result import SyncResult
+
+if TYPE_CHECKING:
+    from tfctl.remote.runs.logs import LogFollower
+    from tfctl.remote.runs.relaunch import RestartResult
+    from tfctl.remote.runs.steps import UpHooks
+
+Say = Callable[[str], None]
+ENGINE = "slurm"
+SUBMIT_HOST = "slurm"
+"""The submit host's name in messages when it is this machine (`host: local`)."""
 
 
-def sbatch_script(plan: Plan, filename: str = "job.sbatch") -> str:
-    """The batch script for `plan`; `filename` is only named in its comments (how to submit).
-    Raises InventoryError where `slurm:` asks for fewer nodes or GPUs than the plan uses."""
-    inv = plan.inventory
+def submit_host(inv: Inventory) -> Host:
+    """The host `sbatch` runs on, with the Slurm workdir as its workdir."""
     settings = inv.slurm or Slurm()
-    hosts = plan.hosts_used
-    positions = {t.name: gpu_positions(inv, t) for t in plan.tasks}
-    gpus = _gpus_per_node(inv, settings, hosts, positions)
-    nodes = _nodes(inv, settings, hosts)
-    workdir = settings.workdir or inv.host(hosts[0]).workdir
-    lines = _header(plan, filename, nodes, hosts, workdir)
-    lines += _sbatch_lines(plan, settings, nodes, gpus, workdir)
-    lines += ["", *_settings(plan, workdir, gpus, len(hosts)), "", *_table(plan, positions)]
-    return "\n".join(lines) + "\n" + MACHINERY.lstrip("\n")
+    workdir = settings.workdir or inv.hosts[0].workdir
+    if settings.host == "local":
+        return Host(SUBMIT_HOST, "localhost", None, None, None, "~/.ssh/known_hosts", None,
+                    workdir, sys.executable, {}, (), 0, transport="local")
+    if settings.host not in {h.name for h in inv.hosts}:
+        raise InventoryError(inv.path, settings.line or None, "slurm.host",
+                             f"no host named {settings.host!r} in the inventory",
+                             "write `host: local` (sbatch runs here) or the name of a host "
+                             f"entry ({', '.join(h.name for h in inv.hosts)})")
+    return dataclasses.replace(inv.host(settings.host), workdir=workdir)
 
 
-def gpu_positions(inv: Inventory, task: Task) -> tuple[int, ...]:
-    """The task's GPUs as positions among its host's selected GPUs (its mask, renumbered)."""
-    if not task.cuda_visible_devices:
-        return ()
-    selected = inv.host(task.host).gpus
-    return tuple(selected.index(int(g)) for g in task.cuda_visible_devices.split(","))
+class SlurmEngine:
+    """One Slurm job of the inventory: submit it, read it, wait for it, cancel it. The submit
+    host and its connection are made on first use, so that choosing this engine reads nothing
+    and a bad `slurm.host` is refused when the job is submitted."""
+
+    def __init__(self, inventory: Inventory, options: SshOptions | None = None,
+                 job: SlurmJob | None = None):
+        self.inventory = inventory
+        self.options = options or SshOptions()
+        self.job = job
+
+    @functools.cached_property
+    def host(self) -> Host:
+        return submit_host(self.inventory)
+
+    @functools.cached_property
+    def fleet(self) -> Fleet:
+        return Fleet(dataclasses.replace(self.inventory, hosts=(self.host,)), self.options)
+
+    @classmethod
+    def remembered(cls, inventory: Inventory, options: SshOptions | None = None
+                   ) -> SlurmEngine | None:
+        """The run the state file names, when it is a Slurm run."""
+        state = read_state(inventory)
+        if state is None or state.get("engine") != ENGINE:
+            return None
+        return cls(inventory, options, job_from_state(state))
+
+    @property
+    def transport(self) -> Transport:
+        return self.fleet.transport(self.host)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.job.run_id if self.job else None
+
+    # -- start ------------------------------------------------------------------------------
+    def place(self, inventory: Inventory, say: Say
+              ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
+        """Slurm gives the job its GPUs: the inventory is planned as it is."""
+        return inventory, {}
+
+    def start_steps(self, plan: Plan, options: UpOptions) -> None:
+        """No rows: the submission is told in lines."""
+        return None
+
+    def start(self, plan: Plan, options: UpOptions, say: Say, hooks: UpHooks) -> Started:
+        """`submit`, then the job's first read; `hooks.run_started` hears the run id once the
+        job is submitted (from then on `rollback` cancels it)."""
+        run_id = self.submit(plan, say, sync=options.sync)
+        hooks.run_started(run_id)
+        return Started(run_id, self.status())
+
+    def submit(self, plan: Plan, say: Say, sync: bool = True) -> str:
+        """Sync (once, to the shared workdir), write the script, `sbatch` it, remember it."""
+        inv, host = self.inventory, self.host  # a bad `slurm.host` is refused first
+        name = f".tfctl/slurm/{inv.name}.sbatch"
+        script = sbatch_script(plan, name)  # bad `slurm:` settings fail before anything runs
+        if sync and inv.job.sync.enabled:
+            result = self.sync(say)
+            say(f"{host.name}: synced {result.files_transferred} files → {result.dest}")
+        wd = shell_path(host.workdir)
+        # The script travels inside the command (base64), not as its stdin: one exec request,
+        # however the transport feeds stdin (up to the 128 KiB a command line may hold).
+        packed = base64.b64encode(script.encode()).decode()
+        command = (f"mkdir -p {wd}/.tfctl/slurm && cd {wd} && printf %s {packed} | base64 -d "
+                   f"> {shlex.quote(name)} && pwd && sbatch --parsable {shlex.quote(name)}")
+        res = self.transport.run(command, timeout_s=120)
+        lines = res.stdout.strip().splitlines()
+        if not res.ok or len(lines) < 2 or not lines[-1].split(";")[0].isdigit():
+            said = "\n".join(res.stderr.strip().splitlines()[-10:]) or res.tail()
+            raise RemoteError(host.name, "sbatch did not take the job", said,
+                              kind="sbatch")
+        job_id = lines[-1].split(";")[0]
+        self.job = SlurmJob(job_id, lines[0], inv.name,
+                            tuple(SlurmTask(t.name, t.host) for t in plan.tasks), inv.job.style)
+        remember_job(inv, self.job, host.name, plan.hosts_used)
+        say(f"{host.name}: submitted Slurm job {job_id} ({len(plan.tasks)} tasks; "
+            f"logs in {lines[0]}/.tfctl/slurm/{job_id}/)")
+        return self.job.run_id
+
+    def sync(self, say: Say) -> SyncResult:
+        from tfctl.remote.sync.rsync import source_dir, sync_host
+
+        inv = self.inventory
+        source = source_dir(inv)
+        if not os.path.isdir(source):
+            raise RemoteError("local", f"sync source {source!r} is not a folder",
+                              kind="sync_source")
+        return sync_host(self.transport, source, inv, self.options, False,
+                         lambda h, m: say(f"{h}: {m}"))
+
+    # -- read -------------------------------------------------------------------------------
+    def _job(self) -> SlurmJob:
+        if self.job is None:
+            raise LookupError("no Slurm job")
+        return self.job
+
+    def status(self, tail: int = 1) -> SlurmStatus:
+        return read_job(self.transport, self._job(), tail)
+
+    def status_report(self, tail: int = 1) -> StatusReport:
+        found = self.status(tail)
+        return StatusReport(CurrentRun(found.run_id, self.source(found), ()), found, ())
+
+    def tasks_on(self, host: str) -> set[str]:
+        """The tasks planned on host `host` (each runs on the node that stands for it)."""
+        return {t.name for t in self._job().tasks if t.host == host}
+
+    def host_status(self, host: str) -> tuple[TaskStatus, ...]:
+        """The tasks planned on host `host`, wherever Slurm runs them."""
+        planned = self.tasks_on(host)
+        return tuple(t for t in self.status().tasks if t.name in planned)
+
+    def log_follower(self, tasks: set[str] | None = None) -> LogFollower:
+        """A `SlurmLogFollower`: `LogFollower`'s `poll` over the job's output files."""
+        return SlurmLogFollower(self.transport, self._job(), tasks)  # type: ignore[return-value]
+
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0,
+             on_event: Say | None = None) -> WaitResult:
+        """Block until the job has ended, or `timeout` seconds pass (`timed_out`)."""
+        found = self.ended(timeout, poll_s)
+        if found is None:
+            return WaitResult(str(self.run_id), False, timed_out=True)
+        return WaitResult(found.run_id, True, found.exit_code, self.fatal_words(found))
+
+    def ended(self, timeout: float | None = None, poll_s: float = 1.0) -> SlurmStatus | None:
+        """Block until the job has ended (None after `timeout` seconds): Slurm ended it, or its
+        script did and nothing but TensorBoard still runs (it may be kept until the limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st.no_answer is not None:
+                pass  # ask again
+            elif st.slurm_ended or (st.job_ended and all(
+                    t.ended or t.type == "tensorboard" for t in st.tasks)):
+                return st
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            time.sleep(poll_s)
+
+    @staticmethod
+    def fatal_words(st: SlurmStatus) -> str | None:
+        """Why the job failed, in a sentence and the failing task's cause line (or None)."""
+        if not st.job_ended or st.exit_code == 0:
+            return None
+        job = st.run_id.removeprefix("slurm-")
+        task = st.fatal if st.driver_exit is not None or st.job_state in ("COMPLETED", "FAILED") \
+            else None  # Slurm ended it (time limit, cancel, a node lost): that is the cause
+        if task is not None and (task.type in ("ps", "chief") or task.name == st.acting_chief):
+            return describe_fatal(task)
+        if task is not None:
+            return (f"{task.name} on {task.host} failed ({task.describe()}): Slurm job {job} "
+                    f"ended with exit status {st.exit_code}" + describe_error(task.last_lines))
+        why = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit",
+               "NODE_FAIL": "lost a node", "OUT_OF_MEMORY": "ran out of memory",
+               "PREEMPTED": "was preempted"}.get(st.job_state, f"ended {st.job_state}")
+        return (f"Slurm job {job} {why} (exit status {st.exit_code})"
+                + describe_error(st.driver_lines[-FAILED_LINES:]))
+
+    # -- stop -------------------------------------------------------------------------------
+    def cancel(self, grace_s: float, say: Say | None = None
+               ) -> tuple[tuple[str, ...], str | None]:
+        """`scancel` the job, then wait until Slurm says every step ended: the tasks that were
+        running, and a problem sentence if steps remain."""
+        job = self._job()
+        before = self.status()
+        if before.slurm_ended:
+            return (), None
+        running = tuple(t.name for t in before.tasks if not t.ended)
+        if say is not None:
+            say(f"cancelling Slurm job {job.job_id} on {self.host.name} (scancel: SIGTERM to "
+                "every step, SIGKILL after the cluster's KillWait)")
+        res = self.transport.run(f"scancel {job.job_id}", timeout_s=60)
+        if not res.ok:
+            raise RemoteError(self.host.name, f"scancel {job.job_id} failed", res.tail(),
+                              kind="command")
+        deadline = time.monotonic() + grace_s + 120
+        steps = ""
+        while time.monotonic() < deadline:
+            st = self.status()
+            steps = self._steps(job.job_id)
+            if st.slurm_ended and not steps:
+                return running, None
+            time.sleep(0.5)
+        return running, (f"Slurm job {job.job_id} still has steps after scancel: "
+                         f"{steps or 'state ' + self.status().job_state}")
+
+    def down(self, grace_s: float = 10.0, on_event: Say | None = None) -> DownSummary:
+        """`cancel` as `down` reports it: the tasks stopped, and the submit host's error if
+        steps of the job remain."""
+        stopped, problem = self.cancel(grace_s, on_event)
+        errors: dict[str, RemoteError] = {} if problem is None else {
+            self.host.name: RemoteError(self.host.name, problem, kind="stop")}
+        return DownSummary(self.run_id, stopped, tuple(errors), errors=errors)
+
+    def rollback(self, run_id: str, cause: str | None = None) -> str:
+        """`scancel` the job `up --on slurm` submitted (Slurm's accounting keeps its end; `cause`
+        is not recorded)."""
+        if self.job is None:
+            return "nothing had started"
+        self.cancel(5.0)
+        return f"cancelled Slurm job {run_id.removeprefix('slurm-')}"
+
+    def restart_task(self, task: str) -> None:
+        raise EngineRefused("a Slurm run's task restarts only inside its job, as `restart:` "
+                            "says: `tfctl down` and `up --on slurm` again")
+
+    def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
+        raise EngineRefused("a Slurm run's tasks are Slurm's to start again: `tfctl down` "
+                            "and `up --on slurm`")
+
+    @staticmethod
+    def source(st: SlurmStatus) -> str:
+        """Where `status` says the run came from: `state file; Slurm says PENDING (Priority)`,
+        or `state file; Slurm did not answer: …` (`SlurmSilent`)."""
+        if st.no_answer is not None:
+            return f"state file; {st.no_answer}"
+        said = f"{st.job_state} ({st.reason})" if st.reason not in ("", "None") else st.job_state
+        return f"state file; Slurm says {said}"
+
+    def _steps(self, job_id: str) -> str:
+        res = self.transport.run(f"squeue -h --steps -j {job_id} -o '%i %j' 2>/dev/null",
+                                 timeout_s=60)
+        return " ".join(res.stdout.split()) if res.ok else ""
+
+    def close(self) -> None:
+        if "fleet" in self.__dict__:  # made on first use (functools.cached_property)
+            self.fleet.close()
 
 
-def node_of(plan: Plan) -> dict[str, int]:
-    """Each host of the plan → its node's position in the allocation."""
-    return {host: i for i, host in enumerate(plan.hosts_used)}
+FAILED_LINES = 15
 
 
-def _gpus_per_node(inv: Inventory, settings: Slurm, hosts: tuple[str, ...],
-                   positions: dict[str, tuple[int, ...]]) -> int:
-    most = max((len(inv.host(h).gpus) for h in hosts), default=0)
-    if settings.gpus_per_node is None:
-        return most
-    needed = max((p + 1 for ps in positions.values() for p in ps), default=0)
-    if settings.gpus_per_node < needed:
-        task = next(n for n, ps in positions.items() if ps and max(ps) + 1 == needed)
-        raise InventoryError(inv.path, settings.line or None, "slurm.gpus_per_node",
-                             f"{settings.gpus_per_node} GPUs per node, but {task} uses its "
-                             f"host's GPU number {needed}",
-                             f"write `gpus_per_node: {needed}` or more, or remove it (the "
-                             f"default is {most}, the most GPUs a host has)")
-    return settings.gpus_per_node
+def remember_job(inv: Inventory, job: SlurmJob, host: str, hosts: tuple[str, ...]) -> None:
+    """The user's state file of the inventory, as `current.remember` writes it, plus the job."""
+    write_state(inv, {
+        "run_id": job.run_id, "inventory": os.path.realpath(inv.path), "hosts": list(hosts),
+        "engine": ENGINE, "job_id": job.job_id, "workdir": job.workdir, "name": job.name,
+        "style": job.style, "submit_host": host,
+        "tasks": [[t.name, t.host] for t in job.tasks]})
 
 
-def _nodes(inv: Inventory, settings: Slurm, hosts: tuple[str, ...]) -> int:
-    if settings.nodes is None:
-        return len(hosts)
-    if settings.nodes < len(hosts):
-        raise InventoryError(inv.path, settings.line or None, "slurm.nodes",
-                             f"{settings.nodes} node(s) cannot hold the plan's {len(hosts)} "
-                             f"hosts ({', '.join(hosts)}): each host becomes one node",
-                             f"write `nodes: {len(hosts)}` or remove it; to spread the job "
-                             "wider, list more hosts (or pass --hostfile)")
-    return settings.nodes
-
-
-def _end_words(plan: Plan) -> str:
-    tasks, mode = deciders(plan)
-    if mode == "any":
-        return f"when {tasks[0].name} ends" if len(tasks) == 1 else \
-            f"when one of {', '.join(t.name for t in tasks)} ends"
-    return "when every worker has ended"
-
-
-def _header(plan: Plan, filename: str, nodes: int, hosts: tuple[str, ...],
-            workdir: str) -> list[str]:
-    inv = plan.inventory
-    job = inv.job
-    where = ", ".join(f"{h} -> node {i + 1}" for i, h in enumerate(hosts))
-    idle = f" ({nodes - len(hosts)} more node(s) stay idle)" if nodes > len(hosts) else ""
-    strategy = job.strategy or f"(none: style {job.style})"
-    submit = [f"#   sbatch {filename}"] if _absolute(workdir) else [
-        f"#   cd {workdir} && sbatch {filename}",
-        "#   (from the workdir: sbatch writes its own log, %x-%j.out, where you submit)"]
-    about = (
-        f"Strategy {strategy}, {len(plan.tasks)} tasks; hosts become the allocation's nodes "
-        f"in order: {where}{idle}. Every task is its own job step (srun --overlap on its "
-        "node), so this script sees each task end and ends the job as tfctl does: "
-        f"{_end_words(plan)}. Each task computes its TF_CONFIG (or flags) when it starts, from "
-        "the nodes Slurm gave the job, and its GPUs are positions among the node's: what "
-        "`tfctl plan` shows, on these nodes. sbatch passes your shell's environment on: "
-        "submit from one without CUDA_VISIBLE_DEVICES (a task reads it as the GPUs Slurm "
-        "bound to it).")
-    return [
-        "#!/bin/bash",
-        f"# {inv.name}: the tfctl job as one Slurm batch job, written by `tfctl export slurm`",
-        f"# from {inv.path}. Edit it freely (the task table below is the plan); submit it:",
-        *submit,
-        "#   squeue --me; tail -f <workdir>/.tfctl/slurm/<job id>/*.log   # one log per task",
-        "#",
-        *textwrap.wrap(about, width=96, initial_indent="# ", subsequent_indent="# ",
-                       break_on_hyphens=False),
-    ]
-
-
-def _sbatch_lines(plan: Plan, settings: Slurm, nodes: int, gpus: int,
-                  workdir: str) -> list[str]:
-    per_node = Counter(t.host for t in plan.tasks)
-    # No comment after an option on its line: sbatch would read it as part of the value.
-    lines = ["# One CPU per task of the busiest host at least; the GPUs of the busiest host.",
-             f"#SBATCH --job-name={plan.inventory.name}", f"#SBATCH --nodes={nodes}",
-             f"#SBATCH --ntasks-per-node={max(per_node.values())}"]
-    if gpus:
-        lines.append(f"#SBATCH --gres=gpu:{gpus}")
-    for key in ("partition", "account", "time"):
-        value = getattr(settings, key)
-        if value is not None:
-            lines.append(f"#SBATCH --{key}={value}")
-    if _absolute(workdir):
-        lines.append(f"#SBATCH --chdir={workdir}")
-    lines.append("#SBATCH --output=%x-%j.out")
-    lines += [f"#SBATCH {arg}" for arg in settings.sbatch_args]
-    return lines
-
-
-def _absolute(path: str) -> bool:
-    return path.startswith("/")
-
-
-def bash_path(path: str) -> str:
-    """`path` for bash, `~/x` as `"$HOME"/x` (expanded on the node, not here)."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
-def _settings(plan: Plan, workdir: str, gpus: int, nodes_needed: int) -> list[str]:
-    job = plan.inventory.job
-    tb = job.tensorboard
-    tb_grace = 0 if tb is None else -1 if tb.keep else int(tb.grace_s)
-    outputs = " ".join(shlex.quote(o) for o in job.outputs)
-    return [
-        f"WORKDIR={bash_path(workdir)}   # every task runs here: the same folder on every node",
-        f"STYLE={job.style}   # how a task learns the cluster: tf_config | flags | none",
-        f"OUTPUTS=({outputs})   # folders the job writes (in WORKDIR), made before the start",
-        f"GPUS_PER_NODE={gpus}   # the --gres count: GPU positions run from 0 to this less 1",
-        f"NODES_NEEDED={nodes_needed}",
-        f"WORKER_GRACE_S={int(WORKER_GRACE_S)}   # after the end: time for workers, evaluator",
-        f"TENSORBOARD_GRACE_S={tb_grace}   # then TensorBoard's (-1: until the time limit)",
-        f"RESTART_MAX={job.restart.max} RESTART_BACKOFF_S={job.restart.backoff_s:g}"
-        "   # per task, for RESTART on-failure | always",
-    ]
-
-
-def _table(plan: Plan, positions: dict[str, tuple[int, ...]]) -> list[str]:
-    inv = plan.inventory
-    nodes = node_of(plan)
-    index = {t.name: n for n, t in enumerate(plan.tasks)}
-    end, mode = deciders(plan)
-    serving = serving_types(plan)
-    envs = [[f"{k}={v}" for k, v in t.env.items() if k not in ("CUDA_VISIBLE_DEVICES",
-                                                                   "TF_CONFIG")]
-            for t in plan.tasks]
-    common = [e for e in envs[0] if all(e in other for other in envs)]
-    lines = [
-        "# The tasks, in launch order. NODE: the task's host as a node (0: the allocation's",
-        "# first); PORT: empty for none; GPUS: positions among the node's GPUs (empty: CPU",
-        "# only); ENV and ARGV as `tfctl plan --json` shows them, less the mask and TF_CONFIG.",
-        f"COMMON_ENV=({' '.join(shlex.quote(e) for e in common)})",
-        "tfctl_task() {",
-        "  case $1 in",
-    ]
-    for n, task in enumerate(plan.tasks):
-        gpus = ",".join(str(p) for p in positions[task.name])
-        env = ['"${COMMON_ENV[@]}"', *(shlex.quote(e) for e in envs[n] if e not in common)]
-        argv = list(task.argv)
-        if inv.job.style == "flags" and task.type in ("ps", "worker", "chief"):
-            argv = argv[:-4]  # the four cluster flags: computed from the nodes at run time
-        mask = task.cuda_visible_devices
-        mask = "CPU" if not mask else f"GPUs {mask}" if "," in mask else f"GPU {mask}"
-        lines += [
-            f"    {n}) NAME={task.name} NODE={nodes[task.host]} PORT={task.port or ''}"
-            f" GPUS={gpus} RESTART={inv.job.restart.for_type(task.type)}"
-            f"   # on the lab: {task.host}, {mask}",
-            f"       ENV=({' '.join(env)})",
-            f"       ARGV=({' '.join(shlex.quote(a) for a in argv)}) ;;",
-        ]
-    lines += ["    *) return 1 ;;", "  esac", "}",
-              f"NTASKS={len(plan.tasks)}",
-              f"END_TASKS=({' '.join(str(index[t.name]) for t in end)})"
-              f"   # {', '.join(t.name for t in end)}: their end is the job's end",
-              f"END_MODE={mode}   # any: one of them ended; all: every one of them",
-              "STOP_AT_END=(" + " ".join(str(n) for n, t in enumerate(plan.tasks)
-                                         if t.type in serving) + ")   # only serve: stopped",
-              "TENSORBOARD=(" + " ".join(str(n) for n, t in enumerate(plan.tasks)
-                                         if t.type == "tensorboard") + ")"]
-    return lines
+def job_from_state(state: dict[str, Any]) -> SlurmJob:
+    return SlurmJob(str(state["job_id"]), str(state["workdir"]), str(state["name"]),
+                    tuple(SlurmTask(str(n), str(h)) for n, h in state.get("tasks", [])),
+                    str(state.get("style", "tf_config")))

@@ -3,7 +3,7 @@ the batch script's own output, and each task's log (one `--output` file per job 
 
 One shell round trip per read. `scontrol show job` answers while Slurm keeps the job
 (`MinJobAge`, 300 s by default, after its end), then `sacct` where accounting runs; the batch
-script's output (remote/engines/slurm_sh.py: `started NAME on NODE`, `stopping NAME`, `NAME
+script's output (remote/exporters/slurm_sh.py: `started NAME on NODE`, `stopping NAME`, `NAME
 ended (exit N)`, `the job has ended (exit N)`) says which task ran where and how each ended, so
 a run Slurm has forgotten still reads right. Files go through `base64` (coreutils) so that any
 bytes survive the shell; nothing but bash and coreutils is needed on the submit host.
@@ -48,7 +48,7 @@ class SlurmSilent(FleetError):
 
 @dataclass(frozen=True)
 class SlurmTask:
-    """A task of the submitted script: its name and the lab host its node stands for."""
+    """A task of the submitted script: its name and the host its node stands for."""
 
     name: str
     host: str
@@ -122,7 +122,7 @@ class SlurmStatus(RunStatus):
 
     @property
     def fatal(self) -> TaskStatus | None:
-        """The task whose failure failed the job: a failed ps or chief (as on the lab), else
+        """The task whose failure failed the job: a failed ps or chief (as on the hosts), else
         the first failed task that decides the end, else any failed task."""
         found = super().fatal
         if found is not None or not self.job_ended or self.exit_code == 0:

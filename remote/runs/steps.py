@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from tfctl.inventory.model import Inventory
+from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.setup import SetupOutcome, run_setup, setup_errors
@@ -20,6 +23,29 @@ from tfctl.remote.sync.result import SyncResult
 OnEvent = Callable[[str], None]
 WARNING = "warning: "
 """The prefix of an event that is a warning (front ends may colour it)."""
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """The live rows a front end may draw while `setup` or a start on the hosts works: a row per
+    host, the steps each goes through in order, and for a start where each task runs."""
+
+    hosts: tuple[str, ...]
+    steps: tuple[str, ...]
+    task_hosts: Mapping[str, str] = field(default_factory=dict)
+    launch_hosts: tuple[str, ...] = ()
+
+
+def host_steps(inv: Inventory, sync: bool, plan: Plan | None = None) -> StepRows:
+    """The rows of `tfctl setup` (no plan), or of `up` on the hosts: sync and setup where the
+    inventory has them, then, with `plan`, the GPU check and its tasks' start."""
+    steps = tuple(s for s, on in (("sync", sync and inv.job.sync.enabled),
+                                  ("setup", bool(inv.job.setup)), ("gpus", plan is not None))
+                  if on)
+    hosts = tuple(h.name for h in inv.hosts)
+    if plan is None:
+        return StepRows(hosts, steps)
+    return StepRows(hosts, steps, {t.name: t.host for t in plan.tasks}, plan.hosts_used)
 
 
 class UpHooks(Protocol):

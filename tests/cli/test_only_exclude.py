@@ -14,23 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.inventories import PS_JOB
 from tests.support.localcluster import local_cluster, run_tfctl
 from tests.support.testbedtools import processes_of_run
-
-# Also read by tests/unit/test_inventory_subset.py.
-PS_JOB = """
-name: lab
-hosts:
-  - {name: h1, gpus: 2, ps: 1}
-  - {name: h2, gpus: 1, ps: 0}
-  - {name: h3, gpus: 1, ps: 0}
-job:
-  script: train.py
-  strategy: parameter_server
-  chief: h2
-  evaluator: {host: h3, script: eval.py}
-  tensorboard: {host: h3}
-"""
+from tfctl.remote.runs.current import state_file
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -48,7 +35,7 @@ def test_bad_selections_are_usage_errors_naming_the_hosts(tmp_path: Path, args: 
     for word in words:
         assert word in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert not list(tmp_path.glob(".tfctl-state-*"))
+    assert not Path(state_file(str(inv), "loc")).exists()
 
 
 def test_up_only_runs_there_and_down_stops_exactly_that(tmp_path: Path) -> None:
@@ -58,7 +45,7 @@ def test_up_only_runs_there_and_down_stops_exactly_that(tmp_path: Path) -> None:
     run_id = up.stdout.split("run ", 1)[1].split()[0]
     try:
         assert not (tmp_path / "work-a").exists()  # not synced, not prepared, nothing there
-        state = json.loads((inv.parent / ".tfctl-state-loc.json").read_text())
+        state = json.loads(Path(state_file(str(inv), "loc")).read_text())
         assert state["run_id"] == run_id and state["hosts"] == ["b"]
         status = json.loads(run_tfctl(inv, "status", "--json").stdout)
         assert {t["name"]: t["host"] for t in status["tasks"]} == {"ps:0": "b",
@@ -107,7 +94,7 @@ def test_restarting_a_task_finds_it_where_the_run_put_it(tmp_path: Path) -> None
     """The dashboard's restart (whole inventory) on a run made with --only: worker:0 of that
     run is on b, though the whole inventory's plan puts a worker:0 on a."""
     from tfctl.inventory.load import load_inventory
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
 
     inv = local_cluster(tmp_path, {"a": {"ps": 0}, "b": {"ps": 0}}, job={"style": "tf_config"})
     up = run_tfctl(inv, "up", "--only", "b", "--json")

@@ -1,1 +1,2 @@
-"""The engines and exports beside the lab's hosts: Slurm, TFJob, which engine a run uses."""
+"""The engines a run starts on beside the user's hosts: reading a Slurm job's answers, and which
+engine a run uses."""

@@ -5,6 +5,7 @@ tests/testbed/test_slurm.py covers the rest against a real Slurm."""
 
 from __future__ import annotations
 
+from tfctl.remote.engines.slurm import SlurmEngine
 from tfctl.remote.engines.slurm_read import (
     SlurmAnswer,
     SlurmJob,
@@ -13,7 +14,6 @@ from tfctl.remote.engines.slurm_read import (
     SlurmTask,
     status_from,
 )
-from tfctl.remote.engines.slurm_run import SlurmRun
 
 JOB = SlurmJob("42", "/scratch/wd", "digits",
                (SlurmTask("ps:0", "titan"), SlurmTask("worker:0", "titan"),
@@ -56,7 +56,7 @@ def test_a_time_limit_is_the_cause_not_the_tasks_it_killed() -> None:
     st = read((0, info), STARTED, **{"worker-0": "step 9000 loss=0.1\n"})
     assert st.job_ended and st.exit_code == 143
     assert {t.state for t in st.tasks} == {"lost"}
-    words = SlurmRun.fatal_words(st)
+    words = SlurmEngine.fatal_words(st)
     assert words is not None and words.startswith("Slurm job 42 reached its time limit")
 
 
@@ -69,6 +69,6 @@ def test_a_failed_task_keeps_the_lines_that_name_its_error() -> None:
     st = read((0, info), driver, **{"worker-0": log})
     worker = next(t for t in st.tasks if t.name == "worker:0")
     assert worker.failed and worker.last_line == "ValueError: batch_size must be positive"
-    words = SlurmRun.fatal_words(st)
+    words = SlurmEngine.fatal_words(st)
     assert words is not None and words.startswith("worker:0 on gpu07 failed (exited 1)")
     assert "ValueError: batch_size must be positive" in words

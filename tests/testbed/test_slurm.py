@@ -26,7 +26,7 @@ from tests.support.testbedtools import (
     tfctl,
 )
 from tfctl.inventory import load_inventory
-from tfctl.remote.runs.controller import RunController, UpOptions
+from tfctl.remote.controller import RunController, UpOptions
 from tfctl.remote.runs.steps import NoHooks
 
 pytestmark = [pytest.mark.testbed]
@@ -284,7 +284,7 @@ def test_up_interrupted_after_sbatch_cancels_the_job(testbed: Testbed, cluster: 
                                                      tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """What `up`'s interrupt guard does once the run id is known: the submitted job is cancelled
-    (`rollback`), as a lab run's started tasks are stopped."""
+    (`rollback`), as the started tasks of a run on the hosts are stopped."""
     job = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
     inv = write_inventory(testbed, job_dir(tmp_path), job, hosts=["h1", "h2"])
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
@@ -294,9 +294,9 @@ def test_up_interrupted_after_sbatch_cancels_the_job(testbed: Testbed, cluster: 
         def run_started(self, run_id: str) -> None:
             started.append(run_id)
 
-    with RunController(load_inventory(str(inv))) as controller:
-        run_id = controller.up_slurm(UpOptions(), hooks=Hooks())
-        assert started == [run_id]
+    with RunController(load_inventory(str(inv)), on="slurm") as controller:
+        run_id = controller.up(UpOptions(), hooks=Hooks())
+        assert started == [run_id] and controller.starting_run_id == run_id
         said = controller.rollback()
     assert said == f"cancelled Slurm job {run_id.removeprefix('slurm-')}"
     no_process_left(cluster, run_id)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.testbedtools import job_dir, processes_of_run
+from tests.support.testbedtools import FOREVER_FLAGS, job_dir, processes_of_run
 from tests.support.tmuxpane import marker_args
 from tfctl.inventory.load import load_inventory
-from tfctl.remote.runs.controller import RunController
+from tfctl.remote.controller import RunController
 from tfctl.tui.app.app import TfctlApp
 from tfctl.tui.app.factory import make_app
 from tfctl.tui.app.widgets.cluster import ClusterView
@@ -24,7 +24,6 @@ from tfctl.tui.app.widgets.tasks import TasksTable
 
 pytestmark = pytest.mark.testbed
 
-JOB = {"script": "job.py", "style": "flags", "args": ["--forever"]}
 FAST = {"gpu_refresh_s": 0.5, "task_refresh_s": 0.5, "log_refresh_s": 0.5}
 
 
@@ -47,7 +46,7 @@ def states(app: TfctlApp) -> dict[str, str]:
 
 
 def test_up_and_down_from_the_ui_follow_the_real_state(testbed, tmp_path: Path, healed) -> None:  # type: ignore[no-untyped-def]
-    inv = load_inventory(testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB))
+    inv = load_inventory(testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS))
     controller = RunController(inv)
     app = make_app(controller, None, **FAST)
 
@@ -86,7 +85,7 @@ def test_up_and_down_from_the_ui_follow_the_real_state(testbed, tmp_path: Path, 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_tfctl_ui_renders_in_a_real_terminal(testbed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB)
+    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS)
     session = f"tfctl-ui-{time.monotonic_ns()}"
     command = f"{sys.executable} -m tfctl.tui -i {inv} ui"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48",

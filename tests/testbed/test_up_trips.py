@@ -30,11 +30,10 @@ from tfctl.inventory.load import load_inventory
 from tfctl.remote.connect.fleet import FleetResult
 from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.transport import SshOptions
-from tfctl.remote.errors import HostUnreachable, RemoteError
-from tfctl.remote.runs.controller import RunController, SyncFailed, UpOptions
+from tfctl.remote.controller import RunController, SyncFailed, UpOptions
+from tfctl.remote.errors import HostUnreachable, LaunchFailed, RemoteError
 from tfctl.remote.runs.setup import SetupOutcome
 from tfctl.remote.runs.steps import NoHooks
-from tfctl.remote.runs.up.rollback import LaunchFailed
 from tfctl.remote.sync.result import SyncResult
 
 pytestmark = pytest.mark.testbed

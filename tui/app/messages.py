@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from textual.message import Message
 
-from tfctl.remote.runs.controller import DownSummary
+from tfctl.remote.controller import DownSummary
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.status import RunStatus, TaskStatus
 from tfctl.tui.app.sources import FindingLike

@@ -1,7 +1,7 @@
 """What the dashboard reads and drives, as small structural interfaces (no textual import here).
 
 The app takes these by injection, bundled in `Sources` (`tfctl.tui.app.factory.make_app(controller,
-telemetry, ...)` builds it): the real `tfctl.remote.runs.controller.RunController`, a telemetry
+telemetry, ...)` builds it): the real `tfctl.remote.controller.RunController`, a telemetry
 hub streaming nvidia-smi, and the fakes in `tests/support/fakes/ui_sources.py` all satisfy them
 without importing this module, so the remote floor never depends on the UI floor. Why Protocols
 and not base classes: the remote layer must not import `tfctl.tui`, and the fakes should be plain
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
     from tfctl.inventory.plan import Plan
-    from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+    from tfctl.remote.controller import DownSummary, UpOptions
+    from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
     from tfctl.remote.lab.view import HostLab
-    from tfctl.remote.runs.controller import DownSummary, UpOptions
     from tfctl.remote.runs.current import CurrentRun
     from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
@@ -66,7 +66,7 @@ class RunSummaryLike(Protocol):
 
 
 class RunControl(Protocol):
-    """The subset of `tfctl.remote.runs.controller.RunController` the dashboard uses."""
+    """The subset of `tfctl.remote.controller.RunController` the dashboard uses."""
 
     inventory: Inventory
     plan: Plan

@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 from textual.message import Message
 from textual.timer import Timer
 
+from tfctl.remote.controller import UpOptions
 from tfctl.remote.errors import GpusBusy, RemoteError
-from tfctl.remote.runs.controller import UpOptions
 from tfctl.tui.app import messages as msg
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.sources import (

@@ -38,7 +38,7 @@ def gpus(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
       tfctl gpus --watch
       tfctl gpus --json | jq '.[] | select(.owner_kind == "foreign")'
     """
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
 
     c = obj(ctx)
     with RunController(c.load(), c.ssh_options()) as controller:

@@ -21,7 +21,7 @@ from tfctl.tui.cli.context import EXIT_INTERRUPTED
 from tfctl.tui.cli.output import say
 
 if TYPE_CHECKING:
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
     from tfctl.tui.cli.setup import CliUpHooks
 
 

@@ -96,8 +96,8 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
       tfctl lab --watch --idle-after 30m
       tfctl lab --json | jq '.[] | select(.state == "free") | "\\(.host):\\(.gpu)"'
     """
+    from tfctl.remote.controller import RunController
     from tfctl.remote.lab.ops import read_lab
-    from tfctl.remote.runs.controller import RunController
 
     threshold = _duration(idle_after, "--idle-after")
     c = obj(ctx)
@@ -163,10 +163,10 @@ def reserve(ctx: click.Context, targets: tuple[str, ...], for_: str | None, note
       tfctl reserve --list
       tfctl reserve --list --json | jq '.[] | select(.user == "alice")'
     """
+    from tfctl.remote.controller import RunController
     from tfctl.remote.lab.claims import clock
     from tfctl.remote.lab.ops import list_claims
     from tfctl.remote.lab.ops import reserve as reserve_on
-    from tfctl.remote.runs.controller import RunController
 
     c = obj(ctx)
     if list_:
@@ -220,13 +220,13 @@ def reserve(ctx: click.Context, targets: tuple[str, ...], for_: str | None, note
         done = reserve_on(controller.fleet, wanted, until, note, force)
     out = []
     for host, answer in done.succeeded.items():
-        out.append({"host": host, "gpus": answer["reserved"], "until": answer["until"],
-                    "note": answer.get("note"), "user": answer["me"]["user"],
-                    "others": answer.get("others") or []})
+        out.append({"host": host, "gpus": list(answer.reserved), "until": answer.until_s,
+                    "note": answer.note, "user": None if answer.me is None else answer.me.user,
+                    "others": list(answer.others)})
         if not as_json:
-            click.echo(f"reserved {host}:{','.join(map(str, answer['reserved']))} until "
-                       f"{clock(answer['until'])}" + (f" ({note})" if note else ""))
-        for other in answer.get("others") or ():
+            click.echo(f"reserved {host}:{','.join(map(str, answer.reserved))} until "
+                       f"{clock(answer.until_s)}" + (f" ({note})" if note else ""))
+        for other in answer.others:
             what = (f"{other['user']}'s run {other['run_id']}" if other["kind"] == "run"
                     else f"{other['user']}'s reservation")
             warn(f"{host}: GPU {other['gpu']} is also claimed by {what}")
@@ -250,24 +250,23 @@ def release(ctx: click.Context, targets: tuple[str, ...], as_json: bool) -> None
       tfctl release titan:2,3
       tfctl release titan:2 --json
     """
+    from tfctl.remote.controller import RunController
     from tfctl.remote.lab.ops import release as release_on
-    from tfctl.remote.runs.controller import RunController
 
     inv, wanted = _targets(ctx, targets)
     with RunController(inv, obj(ctx).ssh_options()) as controller:
         done = release_on(controller.fleet, wanted)
     out, code = [], 0
     for host, answer in done.succeeded.items():
-        out.append({"host": host, "released": answer["released"],
-                    "not_reserved": answer["not_reserved"], "others": answer["others"]})
-        if answer["released"] and not as_json:
-            click.echo(f"released {host}:{','.join(map(str, answer['released']))}")
-        for other in answer["others"]:
+        out.append({"host": host, "released": list(answer.released),
+                    "not_reserved": list(answer.not_reserved), "others": list(answer.others)})
+        if answer.released and not as_json:
+            click.echo(f"released {host}:{','.join(map(str, answer.released))}")
+        for other in answer.others:
             click.secho(f"error: {host}: GPU {other['gpu']} is reserved by {other['user']}, "
                         "not you: only its owner can release it", fg="red", err=True)
             code = EXIT_FAILED
-        mine = [g for g in answer["not_reserved"]
-                if g not in {o["gpu"] for o in answer["others"]}]
+        mine = [g for g in answer.not_reserved if g not in {o["gpu"] for o in answer.others}]
         if mine:
             warn(f"{host}: you had no reservation of GPU {','.join(map(str, mine))}")
     if as_json:

@@ -111,7 +111,7 @@ def export_slurm(ctx: click.Context, output: str | None) -> None:
     import os
 
     from tfctl.inventory.plan import make_plan
-    from tfctl.remote.engines.slurm import sbatch_script
+    from tfctl.remote.exporters.slurm import sbatch_script
 
     text = sbatch_script(make_plan(obj(ctx).load()), os.path.basename(output or "job.sbatch"))
     _write(text, output, executable=True, then=f"submit it with `sbatch {output}`")
@@ -135,7 +135,7 @@ def export_tfjob(ctx: click.Context, output: str | None) -> None:
     import os
 
     from tfctl.inventory.plan import make_plan
-    from tfctl.remote.engines.tfjob import notes, tfjob_yaml
+    from tfctl.remote.exporters.tfjob import notes, tfjob_yaml
 
     plan = make_plan(obj(ctx).load())
     text = tfjob_yaml(plan, os.path.basename(output or "tfjob.yaml"))

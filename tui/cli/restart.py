@@ -43,8 +43,8 @@ def restart(ctx: click.Context, target: str, start_timeout_s: float, as_json: bo
       tfctl restart h2             # every lost task of h2
       tfctl restart worker:1 --json | jq .started
     """
+    from tfctl.remote.controller import RunController
     from tfctl.remote.errors import RemoteError
-    from tfctl.remote.runs.controller import RunController
     from tfctl.remote.runs.relaunch import NotRestartable
 
     c = obj(ctx)

@@ -31,15 +31,15 @@ from tfctl.tui.cli.setup import CliUpHooks, step_rows
 
 if TYPE_CHECKING:
     from tfctl.inventory.subset import Selection
+    from tfctl.remote.controller import DownSummary, RunController, WaitResult
     from tfctl.remote.errors import GpusBusy
-    from tfctl.remote.runs.controller import DownSummary, RunController, WaitResult
-    from tfctl.remote.runs.status import RunStatus
+    from tfctl.remote.runs.status import RunStatus, TaskStatus
 
 JSON_HELP = "Print one JSON object on stdout (progress stays on stderr); see the README."
 
 
 def _controller(ctx: click.Context) -> RunController:
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
 
     c = obj(ctx)
     return RunController(c.load(), c.ssh_options())
@@ -141,7 +141,7 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
               help="Run on these hosts of the inventory only (the plan is made over them).")
 @click.option("--exclude", multiple=True, metavar="HOST[,HOST...]",
               shell_complete=complete_hosts_list, help="Leave these hosts out of this run.")
-@click.option("--on", "engine", type=click.Choice(["lab", "slurm"]), default="lab",
+@click.option("--on", type=click.Choice(["lab", "slurm"]), default="lab",
               show_default=True, help="The lab's hosts, or one Slurm job submitted as the "
               "inventory's `slurm:` says (README: When you outgrow the lab).")
 @click.option("--when-free", is_flag=True, help="Queue the job instead: it starts by itself "
@@ -155,7 +155,7 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
 @click.pass_context
 def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, force_setup: bool,
        force: bool, ps_first: bool, all_at_once: bool, only: tuple[str, ...],
-       exclude: tuple[str, ...], engine: str, when_free: bool, when_free_timeout: str | None,
+       exclude: tuple[str, ...], on: str, when_free: bool, when_free_timeout: str | None,
        as_json: bool) -> None:
     """Sync, run job.setup (cached), check the GPUs are free, start every task at once.
 
@@ -174,29 +174,26 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
       tfctl up --when-free --timeout 12h   # start once its GPUs are free; `tfctl queue`
     """
     if when_free or when_free_timeout is not None:
-        _queue_up(ctx, when_free, when_free_timeout, wait_, force, engine, as_json,
+        _queue_up(ctx, when_free, when_free_timeout, wait_, force, on, as_json,
                   ["--no-sync"] * no_sync + ["--start-timeout", f"{start_timeout:g}"]
                   + ["--setup"] * force_setup + ["--ps-first"] * ps_first
                   + [a for h in only for a in ("--only", h)]
                   + [a for h in exclude for a in ("--exclude", h)], only, exclude)
         return
+    from tfctl.remote.controller import RunController, UpOptions
     from tfctl.remote.errors import GpusBusy, RemoteError
-    from tfctl.remote.runs.controller import RunController, UpOptions
     options = UpOptions(sync=not no_sync, force_setup=force_setup, force=force,
                         ps_first=ps_first and not all_at_once, start_timeout_s=start_timeout)
     chosen = selection(ctx, only, exclude)
     for note in chosen.notes:
         say(f"warning: {note} (--only/--exclude)")
     hooks = CliUpHooks(as_json)
-    controller = RunController(chosen.inventory, obj(ctx).ssh_options())
+    controller = RunController(chosen.inventory, obj(ctx).ssh_options(), on=on)
     with controller, rollback_on_interrupt(controller, hooks) as guard, \
             _one_line_errors(as_json):
         try:
-            if engine == "slurm":  # sync once, sbatch; status, logs, wait, down follow it
-                run_id = controller.up_slurm(options, say, hooks=hooks)
-            else:
-                with step_rows(controller, options, hooks, "tfctl up", launch=True) as on_event:
-                    run_id = controller.up(options, on_event, hooks=hooks)
+            with step_rows(controller, options, hooks, "tfctl up", launch=True) as on_event:
+                run_id = controller.up(options, on_event, hooks=hooks)
         except GpusBusy as exc:
             _refuse_busy(exc, as_json)
             say("nothing was started")
@@ -231,7 +228,7 @@ def up(ctx: click.Context, no_sync: bool, wait_: bool, start_timeout: float, for
 
 
 def _queue_up(ctx: click.Context, when_free: bool, timeout: str | None, wait_: bool,
-              force: bool, engine: str, as_json: bool, up_args: list[str],
+              force: bool, on: str, as_json: bool, up_args: list[str],
               only: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """`up --when-free`: queue the job (tui/cli/queue.py) rather than start it now."""
     from tfctl.remote.lab.targets import parse_duration
@@ -239,7 +236,7 @@ def _queue_up(ctx: click.Context, when_free: bool, timeout: str | None, wait_: b
 
     if not when_free:
         raise click.UsageError("--timeout is for --when-free (how long to wait for GPUs)")
-    for given, name in ((wait_, "--wait"), (force, "--force"), (engine != "lab", "--on slurm")):
+    for given, name in ((wait_, "--wait"), (force, "--force"), (on != "lab", f"--on {on}")):
         if given:
             raise click.UsageError(f"--when-free waits for free GPUs in the background; "
                                    f"{name} does not go with it")
@@ -329,35 +326,62 @@ def _notify(urls: tuple[str, ...], data: dict[str, Any], timeout: float | None) 
 
 
 def _wait(controller: RunController, timeout: float | None = None) -> int:
-    return _said_wait(controller.wait(timeout, on_event=say), timeout)
+    return _wait_json(controller, timeout)[0]
 
 
-def _said_wait(result: WaitResult | None, timeout: float | None) -> int:
-    """What `wait` says on stderr (in --json too), and its exit status."""
+def _said_wait(result: WaitResult | None, timeout: float | None,
+               first: TaskStatus | None = None) -> int:
+    """What `wait` says on stderr (in --json too), and its exit status: for a job that failed,
+    the story `status` tells of the task that failed first (`first`), then the end."""
+    from tfctl.tui.cli.failures import task_story
+
     if result is None:
         say("no run found")
         return EXIT_FAILED
     if result.timed_out:
         say(f"run {result.run_id} still running after {timeout:g} s")
         return EXIT_FAILED
-    if result.fatal is not None:
-        say(click.style(result.fatal, fg="red"))
+    if first is not None:
+        for line in task_story(first, first=True):
+            echo(line, err=True)
+    if result.fatal is not None:  # its error and hint are the story's when it is told
+        say(click.style(result.fatal if first is None else result.fatal.splitlines()[0],
+                        fg="red"))
     if result.stopped:
         say(f"job ended: stopped {', '.join(result.stopped)}")
     say(f"run {result.run_id} finished with exit status {result.exit_code}")
     return int(result.exit_code or 0)
 
 
+def _failed_first(controller: RunController, result: WaitResult | None) -> TaskStatus | None:
+    """The task that failed first, read once more from the hosts (with its log's last lines)
+    when the job ended badly; None when it ended well or cannot be read."""
+    from tfctl.remote.errors import RemoteError
+    from tfctl.tui.cli.failures import TAIL_LINES, failed_first
+
+    if result is None or result.timed_out or (not result.exit_code and result.fatal is None):
+        return None
+    try:
+        report = controller.status_report(tail=TAIL_LINES)
+    except RemoteError:
+        return None
+    return failed_first(report.status.tasks) if report is not None else None
+
+
 def _wait_json(controller: RunController, timeout: float | None = None
                ) -> tuple[int, dict[str, Any]]:
+    from tfctl.tui.cli.failures import story_json
+
     result = controller.wait(timeout, on_event=say)
-    code = _said_wait(result, timeout)
+    first = _failed_first(controller, result)
+    code = _said_wait(result, timeout, first)
     if result is None:
         return code, {"run_id": None, "ended": False, "exit_code": None, "fatal": None,
-                      "stopped": [], "timed_out": False}
+                      "stopped": [], "timed_out": False, "failed_first": None}
     return code, {"run_id": result.run_id, "ended": result.ended,
                   "exit_code": result.exit_code, "fatal": result.fatal,
-                  "stopped": list(result.stopped), "timed_out": result.timed_out}
+                  "stopped": list(result.stopped), "timed_out": result.timed_out,
+                  "failed_first": story_json(first)}
 
 
 @click.command()
@@ -373,8 +397,8 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
       tfctl status
       tfctl status --json | jq '.tasks[] | select(.state != "running")'
     """
-    from tfctl.remote.runs.failure import explain
     from tfctl.remote.runs.status import describe_fatal
+    from tfctl.tui.cli.failures import task_story
 
     with _controller(ctx) as controller, _one_line_errors(as_json):
         if run_id:
@@ -406,11 +430,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
     _print_status(st, patterns)
     for t in st.tasks:  # how each failed task ended, in its own words: the error line first
         if t.failed and t.last_lines:
-            failure = explain(t.last_lines, keep=STATUS_TAIL_LINES)
-            click.echo(f"{t.name} on {t.host} {t.describe()}; its log says:")
-            click.echo("".join(f"  {t.name} | {line}\n" for line in failure.lines), nl=False)
-            if failure.hint:
-                click.echo(f"  hint: {failure.hint}")
+            click.echo("\n".join(task_story(t, keep=STATUS_TAIL_LINES)))
     if fatal:
         secho(fatal, fg="red", bold=True)
     if stopped:

@@ -30,8 +30,8 @@ from tfctl.tui.cli.output import (
 
 if TYPE_CHECKING:
     from tfctl.remote.connect.fleet import FleetResult
+    from tfctl.remote.controller import RunController, UpOptions
     from tfctl.remote.errors import RemoteError
-    from tfctl.remote.runs.controller import RunController, UpOptions
     from tfctl.remote.runs.setup import SetupOutcome
     from tfctl.remote.sync.result import SyncResult
     from tfctl.tui.progress import Steps
@@ -92,17 +92,15 @@ class CliUpHooks:
 def step_rows(controller: RunController, options: UpOptions, hooks: CliUpHooks, title: str,
               launch: bool) -> Iterator[Callable[[str], None]]:
     """The `on_event` for `controller.up`/`setup`: the plain lines, plus live rows on a terminal
-    (not under --json) that the hooks move from step to step."""
-    inv = controller.inventory
-    steps = [s for s, on in (("sync", options.sync and inv.job.sync.enabled),
-                             ("setup", bool(inv.job.setup)), ("gpus", launch)) if on]
-    if launch:
-        plan = controller.plan
-        task_hosts, launch_hosts = {t.name: t.host for t in plan.tasks}, plan.hosts_used
-    else:
-        task_hosts, launch_hosts = {}, ()
-    with live_steps(title, [h.name for h in inv.hosts], steps, task_hosts, launch_hosts,
-                    enabled=not hooks.as_json) as rows:
+    (not under --json) that the hooks move from step to step, where the engine `up` starts on
+    draws some (`launch`) or for `setup`."""
+    from tfctl.remote.runs.steps import StepRows, host_steps
+
+    layout = controller.start_steps(options) if launch else \
+        host_steps(controller.inventory, options.sync)
+    shown = layout or StepRows((), ())
+    with live_steps(title, shown.hosts, shown.steps, shown.task_hosts, shown.launch_hosts,
+                    enabled=layout is not None and not hooks.as_json) as rows:
         hooks.steps = rows
 
         def on_event(text: str) -> None:
@@ -160,8 +158,8 @@ def setup(ctx: click.Context, force: bool, no_sync: bool, as_json: bool) -> None
       tfctl setup --force        # run it again on every host
       tfctl setup --json | jq -r '.hosts | to_entries[] | "\\(.key) \\(.value.state)"'
     """
+    from tfctl.remote.controller import RunController, UpOptions
     from tfctl.remote.errors import RemoteError
-    from tfctl.remote.runs.controller import RunController, UpOptions
 
     c = obj(ctx)
     inv = c.load()

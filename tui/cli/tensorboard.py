@@ -40,7 +40,7 @@ def tensorboard(ctx: click.Context, local_port: int, open_browser: bool, yes: bo
       tfctl tensorboard --open
       tfctl tensorboard --port 16006 --yes
     """
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
 
     c = obj(ctx)
     inv = c.load()

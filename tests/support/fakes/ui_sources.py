@@ -16,13 +16,14 @@ from typing import Any
 
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
+from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.connect.session.agentops import StartState
+from tfctl.remote.controller import DownSummary, UpOptions
 from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
-from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.history.listing import RunSummary
 from tfctl.remote.lab.view import HostLab, host_lab
-from tfctl.remote.runs.controller import DownSummary, UpOptions
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.relaunch import RestartResult
@@ -257,7 +258,8 @@ class FakeController:
         carol's forgotten notebook for 40 min at 0 %, 3 free with a stale claim; gtx970 free;
         old-box without nvidia-smi."""
         self._record("lab")
-        return [host_lab(name, answer, idle_after_s=600) for name, answer in lab_answers()]
+        return [host_lab(name, GpuState.from_wire(answer), idle_after_s=600)
+                for name, answer in lab_answers()]
 
     def close(self) -> None:
         self._record("close")

@@ -5,15 +5,16 @@ The dashboard takes a `RunController` by injection (tests pass a fake with the s
 Every method blocks (SSH), so the UI calls them from thread workers; per-host reads
 (`host_status`) exist so that one slow or dead host never delays the others.
 
-Reads and stops of the run go to its `Engine` (remote/runs/engine.py): the lab's hosts
-(`labengine.LabEngine`) or a Slurm job (`remote/engines/slurm_run.SlurmRun`), chosen once from
-the current run, so that no method here asks which engine it holds.
+A run starts on the `Engine` (remote/engines/engine.py) that `on` names (`up --on lab|slurm`:
+the user's hosts, `HostsEngine`, or one Slurm job, `SlurmEngine`); reads and stops of the run go
+to the engine it is on, chosen once from the current run (remote/engines/choice.py), so that no
+method here asks which engine it holds. The controller sits above remote/runs/ and
+remote/engines/: it composes the engines, and the runs package under them knows none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tfctl.inventory.model import Inventory
@@ -21,14 +22,28 @@ from tfctl.inventory.plan import Plan, make_plan
 from tfctl.remote.connect.clusteraddr import cluster_address
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.transport import SshOptions
-from tfctl.remote.errors import FleetError, GpusBusy
-from tfctl.remote.runs.current import CurrentRun, current_run, remember
-from tfctl.remote.runs.engine import DownSummary, Engine, StatusReport, WaitResult
-from tfctl.remote.runs.labengine import LabEngine
+from tfctl.remote.engines.choice import engine_of_run, engine_to_start
+from tfctl.remote.engines.engine import (
+    DownSummary,
+    Engine,
+    StatusReport,
+    UpOptions,
+    WaitResult,
+)
+from tfctl.remote.errors import FleetError, GpusBusy, RemoteError
+from tfctl.remote.runs.current import CurrentRun, check_state_writable, current_run
 from tfctl.remote.runs.logs import LogFollower
 from tfctl.remote.runs.setup import SetupOutcome
 from tfctl.remote.runs.status import RunStatus, TaskStatus
-from tfctl.remote.runs.steps import WARNING, NoHooks, SyncFailed, UpHooks, setup_step, sync_step
+from tfctl.remote.runs.steps import (
+    WARNING,
+    NoHooks,
+    StepRows,
+    SyncFailed,
+    UpHooks,
+    setup_step,
+    sync_step,
+)
 from tfctl.remote.sync.result import SyncResult
 
 if TYPE_CHECKING:
@@ -43,23 +58,12 @@ __all__ = ["WARNING", "DownSummary", "GpusBusy", "RunController", "StatusReport"
            "UpHooks", "UpOptions", "WaitResult"]
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    """How `up` runs; the CLI's options and the dashboard's `u` key both build one."""
-
-    sync: bool = True
-    force_setup: bool = False
-    force: bool = False
-    """Launch even onto GPUs that other processes hold (otherwise `GpusBusy` is raised)."""
-    ps_first: bool = False
-    """Start the ps first (`up --ps-first`); by default every task at once: TensorFlow's
-    workers and chief wait for their parameter servers."""
-    start_timeout_s: float = 180.0
-
-
 class RunController:
-    def __init__(self, inventory: Inventory, options: SshOptions | None = None):
+    def __init__(self, inventory: Inventory, options: SshOptions | None = None, *,
+                 on: str = "lab"):
         self.inventory = inventory
+        self.on = on
+        """The engine `up` starts a run on (`up --on`: `lab`, the hosts; `slurm`)."""
         self._plan: Plan | None = None
         self.fleet = Fleet(inventory, options)
         self._run: CurrentRun | None = None
@@ -97,25 +101,24 @@ class RunController:
             raise FleetError(f"no host remembers run {run_id}: `tfctl runs` lists the runs "
                              "they do")
         self._run = CurrentRun(run_id, "--run", tuple(hosts))
-        self._use(self._lab())
+        self._use(engine_of_run(self.fleet, self._current, self._get_plan, by_id=True))
 
     def engine(self) -> Engine:
         """Where the current run runs, chosen on first use: the Slurm job the state file names
-        (`up --on slurm`; remote/engines/slurm_run.py), else the lab's hosts; a run chosen with
-        `--run` is the lab's."""
+        (`up --on slurm`), else the hosts; a run chosen with `--run` is the hosts'."""
         if self._engine is None:
-            from tfctl.remote.engines.slurm_run import SlurmRun
-
-            chosen = self._run is not None and self._run.source == "--run"
-            slurm = None if chosen else SlurmRun.remembered(self.inventory, self.fleet.options)
-            self._engine = slurm or self._lab()
+            by_id = self._run is not None and self._run.source == "--run"
+            self._engine = engine_of_run(self.fleet, self._current, self._get_plan, by_id)
         return self._engine
 
-    def _lab(self) -> LabEngine:
-        return LabEngine(self.fleet, lambda refresh: self.current(refresh), lambda: self.plan)
+    def _current(self, refresh: bool) -> CurrentRun | None:
+        return self.current(refresh)
+
+    def _get_plan(self) -> Plan:
+        return self.plan
 
     def _use(self, engine: Engine) -> None:
-        if self._engine is not None:
+        if self._engine is not None and self._engine is not engine:
             self._engine.close()
         self._engine = engine
 
@@ -179,9 +182,11 @@ class RunController:
 
     def up(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
            hooks: UpHooks | None = None) -> str:
-        """Check every host, sync and set up where the checks found it needed, judge the busy
-        GPUs and taken ports, start every task, remember the run (remote/runs/up/sequence.py: one
-        sequence for every host, whatever its state).
+        """Start a run on the engine `on` names and remember it as the current run: on the
+        hosts, check every host, sync and set up where the checks found it needed, judge the
+        busy GPUs and taken ports, start every task (remote/runs/up/sequence.py: one sequence
+        for every host, whatever its state); on Slurm, sync once to `slurm.workdir` and
+        `sbatch` the plan's script there (remote/engines/slurm.py).
 
         `gpus: free` hosts first take the GPUs free now (`gpus_taken`; `NoFreeGpus` when too
         few are). Raises `SyncFailed`, `SetupFailed` (or the host's connection error) or
@@ -191,49 +196,43 @@ class RunController:
         results (the CLI prints per-host summaries from them) and the run id before any task
         starts.
         """
-        from tfctl.remote.runs.up.sequence import up
-
         say: Say = on_event or (lambda _text: None)
         self.starting_run_id = None
-        if any(h.free_gpus is not None for h in self.inventory.hosts):  # `gpus: free`
-            from tfctl.remote.lab.place import place_free
-
-            self.inventory, self.gpus_taken = place_free(self.fleet, self.inventory, say)
-            self._plan = None
-        for w in self.plan.warnings:
-            say(WARNING + w)
-        run_id, self.up_status = up(self.fleet, self.plan, say, options, hooks=hooks,
-                                    on_run_id=self._starting)
-        remember(self.inventory, run_id, self.plan.hosts_used)
-        self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
-        return run_id
-
-    def up_slurm(self, options: UpOptions = UpOptions(), on_event: Say | None = None, *,
-                 hooks: UpHooks | None = None) -> str:
-        """`up --on slurm`: sync once to `slurm.workdir`, `sbatch` the plan's script there,
-        remember the job as the current run (remote/engines/slurm_run.py)."""
-        from tfctl.remote.engines.slurm_run import SlurmRun
-
-        say: Say = on_event or (lambda _text: None)
-        for w in self.plan.warnings:
-            say(WARNING + w)
-        run = SlurmRun(self.inventory, self.fleet.options)
+        check_state_writable(self.inventory)
+        engine = self._engine_to_start()
         try:
-            run_id = run.submit(self.plan, say, sync=options.sync)
+            placed, taken = engine.place(self.inventory, say)
+            if placed is not self.inventory:
+                self.inventory, self.gpus_taken, self._plan = placed, taken, None
+            for w in self.plan.warnings:
+                say(WARNING + w)
+            started = engine.start(self.plan, options, say,
+                                   _Starting(hooks or NoHooks(), self, engine))
         except BaseException:
-            run.close()
+            if engine is not self._engine:
+                engine.close()
             raise
-        self._use(run)
-        self.starting_run_id = run_id
-        (hooks or NoHooks()).run_started(run_id)  # from now on an interrupt cancels the job
-        self._run = CurrentRun(run_id, "state file", self.plan.hosts_used)
-        self.up_status = run.status()
-        return run_id
+        self._run = CurrentRun(started.run_id, "state file", self.plan.hosts_used)
+        self.up_status = started.status
+        return started.run_id
 
-    def _starting(self, run_id: str) -> None:
-        """`up` chose `run_id`, before any task starts: the run is the lab's from now on."""
+    def start_steps(self, options: UpOptions = UpOptions()) -> StepRows | None:
+        """The live rows a front end may draw while `up` starts the run, or None where the
+        engine `on` names tells its progress in lines only."""
+        engine = self._engine_to_start()
+        try:
+            return engine.start_steps(self.plan, options)
+        finally:
+            engine.close()
+
+    def _engine_to_start(self) -> Engine:
+        return engine_to_start(self.on, self.fleet, self._current, self._get_plan)
+
+    def _starting(self, run_id: str, engine: Engine) -> None:
+        """`engine` started `run_id`, before any task starts: the run is that engine's from now
+        on (rollback, reads)."""
         self.starting_run_id = run_id
-        self._use(self._lab())
+        self._use(engine)
 
     def rollback(self, run_id: str | None = None, cause: str | None = None) -> str:
         """Stop what `up` started as `run_id` (default: the run `up` was starting); a sentence.
@@ -243,7 +242,7 @@ class RunController:
 
     def down(self, grace_s: float = 10.0, on_event: Say | None = None) -> DownSummary:
         """TERM, grace, KILL and verify every process of the current run on the hosts it used
-        (those it recorded, so a run started on part of the lab is stopped there only; a Slurm
+        (those it recorded, so a run started on part of the hosts is stopped there only; a Slurm
         job is cancelled and every step verified gone); `on_event` hears which run and hosts
         before they are stopped."""
         return self.engine().down(grace_s, on_event)
@@ -310,3 +309,24 @@ class RunController:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Starting:
+    """The hooks a start reports to: the controller hears the run id first (from then on it
+    rolls back through the engine that started it), then the front end's hooks."""
+
+    def __init__(self, hooks: UpHooks, controller: RunController, engine: Engine) -> None:
+        self.hooks = hooks
+        self.controller = controller
+        self.engine = engine
+
+    def synced(self, result: FleetResult[SyncResult]) -> None:
+        self.hooks.synced(result)
+
+    def setup_done(self, result: FleetResult[SetupOutcome], errors: list[RemoteError],
+                   seconds: float) -> None:
+        self.hooks.setup_done(result, errors, seconds)
+
+    def run_started(self, run_id: str) -> None:
+        self.controller._starting(run_id, self.engine)
+        self.hooks.run_started(run_id)

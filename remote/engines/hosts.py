@@ -1,5 +1,6 @@
-"""The lab's own hosts as a run's engine: each host's agent answers for its tasks, and `down`,
-`restart` and `wait` are requests to those agents over the controller's fleet.
+"""The user's hosts as a run's engine: `start` is `up`'s sequence of phases
+(remote/runs/up/sequence.py), each host's agent answers for its tasks, and `down`, `restart` and
+`wait` are requests to those agents over the controller's fleet.
 
 The engine reads the run the controller chose (the state file, the hosts, or `--run`) through
 `current` on every call, since the dashboard's controller follows new runs as they start.
@@ -11,11 +12,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
-from tfctl.remote.runs.current import CurrentRun
-from tfctl.remote.runs.engine import DownSummary, StatusReport, WaitResult
+from tfctl.remote.engines.engine import DownSummary, Started, StatusReport, UpOptions, WaitResult
+from tfctl.remote.runs.current import CurrentRun, remember
 from tfctl.remote.runs.logs import LogFollower
 from tfctl.remote.runs.status import (
     TaskStatus,
@@ -24,6 +26,7 @@ from tfctl.remote.runs.status import (
     read_status,
     task_from_agent,
 )
+from tfctl.remote.runs.steps import StepRows, UpHooks, host_steps
 from tfctl.remote.runs.stop import stop_run, stopped_tasks
 
 if TYPE_CHECKING:
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 
 
-class LabEngine:
+class HostsEngine:
     """A run on the inventory's hosts, reached over `fleet`; `current(refresh)` is the run the
     controller acts on and `plan()` the inventory's plan (for rollback and task placement)."""
 
@@ -41,6 +44,31 @@ class LabEngine:
         self.fleet = fleet
         self._current = current
         self._plan = plan
+
+    def place(self, inventory: Inventory, say: Say
+              ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
+        """`gpus: free` hosts take the GPUs free now (remote/lab/place.py); other inventories
+        are planned as they are."""
+        if all(h.free_gpus is None for h in inventory.hosts):
+            return inventory, {}
+        from tfctl.remote.lab.place import place_free
+
+        return place_free(self.fleet, inventory, say)
+
+    def start_steps(self, plan: Plan, options: UpOptions) -> StepRows:
+        return host_steps(plan.inventory, options.sync, plan)
+
+    def start(self, plan: Plan, options: UpOptions, say: Say, hooks: UpHooks) -> Started:
+        """Check every host, sync and set up where the checks found it needed, judge the busy
+        GPUs and taken ports, start every task, remember the run (one sequence for every host,
+        whatever its state). Raises `SyncFailed`, `SetupFailed` (or the host's connection
+        error) or `GpusBusy` with nothing started; a launch failure (`LaunchFailed`) or Ctrl-C
+        (`rollback.Interrupted`) is raised after everything this run started was stopped."""
+        from tfctl.remote.runs.up.sequence import up
+
+        run_id, status = up(self.fleet, plan, say, options, hooks=hooks)
+        remember(plan.inventory, run_id, plan.hosts_used)
+        return Started(run_id, status)
 
     def status_report(self, tail: int = 1) -> StatusReport | None:
         run = self._current(False)
@@ -91,7 +119,7 @@ class LabEngine:
 
     def down(self, grace_s: float = 10.0, on_event: Say | None = None) -> DownSummary:
         """TERM, grace, KILL and verify on the hosts the run recorded (a run started on part of
-        the lab is stopped there only)."""
+        the hosts is stopped there only)."""
         run = self._current(True)
         if run is None:
             return DownSummary(None, (), ())
@@ -125,7 +153,7 @@ class LabEngine:
                             START_WAIT_S if wait_s is None else wait_s)
 
     def _task_host(self, run: CurrentRun, task: str) -> str:
-        """Where the run placed `task`: its own record, since a run started on part of the lab
+        """Where the run placed `task`: its own record, since a run started on part of the hosts
         (`up --only`) numbers its tasks differently from the whole inventory's plan."""
         if len(run.hosts) == 1:
             return run.hosts[0]

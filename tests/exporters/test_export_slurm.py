@@ -23,7 +23,7 @@ from tests.support.fakes.slurm_standin import expand_hostlist, install_slurm_sta
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.model import Inventory, Slurm
 from tfctl.inventory.plan import Plan, Task
-from tfctl.remote.engines.slurm import gpu_positions, node_of, sbatch_script
+from tfctl.remote.exporters.slurm import gpu_positions, node_of, sbatch_script
 from tfctl.remote.runs.endrule import serving_types
 
 ROOT = Path(__file__).resolve().parents[2]

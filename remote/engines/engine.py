@@ -1,11 +1,12 @@
-"""Where a run's tasks run, as one interface: the lab's own hosts (`labengine.LabEngine`) or a
-Slurm job (`remote/engines/slurm_run.SlurmRun`); other schedulers would be more of the same.
+"""Where a run's tasks run, as one interface: the user's own hosts (`hosts.HostsEngine`) or a
+Slurm job (`slurm.SlurmEngine`); other schedulers would be more of the same.
 
-`RunController` holds one `Engine`, chosen once from the current run (the state file says
-whether it is a Slurm job), and hands it every read and stop of the run without asking which
-it is, as httpx's `Client` holds a transport (encode/httpx `_transports/base.py`). The records
-the engines answer with are here, beside the interface, so that both engines and the front ends
-share them.
+An `Engine` starts a run from a plan (what to run) and `UpOptions` (how), then reads, waits for,
+stops and restarts it. `RunController` (remote/controller.py) holds one, chosen once
+(`choice.py`: from `up --on`, or from the current run the state file names), and hands it
+every call without asking which it is, as httpx's `Client` holds a transport (encode/httpx
+`_transports/base.py`). The records the engines answer with are here, beside the interface, so
+that the engines and the front ends share them.
 """
 
 from __future__ import annotations
@@ -20,10 +21,36 @@ from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.runs.status import RunStatus, TaskStatus
 
 if TYPE_CHECKING:
+    from tfctl.inventory.model import Inventory
+    from tfctl.inventory.plan import Plan
     from tfctl.remote.runs.logs import LogFollower
     from tfctl.remote.runs.relaunch import RestartResult
+    from tfctl.remote.runs.steps import StepRows, UpHooks
 
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """How a run starts; the CLI's `up` options and the dashboard's `u` key both build one."""
+
+    sync: bool = True
+    force_setup: bool = False
+    force: bool = False
+    """Launch even onto GPUs that other processes hold (otherwise `GpusBusy` is raised)."""
+    ps_first: bool = False
+    """Start the ps first (`up --ps-first`); by default every task at once: TensorFlow's
+    workers and chief wait for their parameter servers."""
+    start_timeout_s: float = 180.0
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run an engine started: its id, and the read that ended the start (every task
+    verified started, or as the scheduler has it)."""
+
+    run_id: str
+    status: RunStatus
 
 
 @dataclass(frozen=True)
@@ -66,14 +93,31 @@ class DownSummary:
 
 
 class Engine(Protocol):
-    """What `RunController` asks of the place a run runs. Every method blocks (SSH)."""
+    """What `RunController` asks of the place a run runs. Every method but `start_steps`
+    blocks (SSH)."""
+
+    def place(self, inventory: Inventory, say: Say
+              ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
+        """The inventory a start here plans from, and the GPUs taken per host for it: the
+        hosts' engine takes the GPUs free now on `gpus: free` hosts (`NoFreeGpus` when too few
+        are); an engine whose scheduler gives the GPUs returns `inventory` as it is."""
+
+    def start_steps(self, plan: Plan, options: UpOptions) -> StepRows | None:
+        """The live rows a front end may draw while `start` works host by host, or None where
+        the engine tells its progress in lines only."""
+
+    def start(self, plan: Plan, options: UpOptions, say: Say, hooks: UpHooks) -> Started:
+        """Start every task of `plan` as a new run and remember it as the current one.
+        `hooks.run_started` hears the run id once there is something to stop (from then on
+        `rollback` stops it); a failure after that stops what started before it is raised.
+        `say` gets one line per step (warnings start with `WARNING`)."""
 
     def status_report(self, tail: int = 1) -> StatusReport | None:
         """Every task with `tail` log lines (None without a run); an ended job's parameter
         servers are stopped and its end recorded."""
 
     def host_status(self, host: str) -> tuple[TaskStatus, ...]:
-        """The tasks planned on lab host `host` (RemoteError when it cannot be read)."""
+        """The tasks planned on host `host` (RemoteError when it cannot be read)."""
 
     def log_follower(self, tasks: set[str] | None = None) -> LogFollower | None:
         """A follower of the tasks' logs (all when `tasks` is None), or None without a run."""
@@ -94,7 +138,7 @@ class Engine(Protocol):
         `EngineRefused` where the engine restarts its tasks itself."""
 
     def rollback(self, run_id: str, cause: str | None = None) -> str:
-        """Stop what `up` started as `run_id`; what was done, in a sentence."""
+        """Stop what `start` started as `run_id`; what was done, in a sentence."""
 
     def close(self) -> None:
         """Release what the engine holds of its own (the controller's fleet stays open)."""

@@ -23,7 +23,7 @@ from tests.support.export_cases import CASES, inventory
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.model import Inventory, Kubernetes, RestartPolicy
 from tfctl.inventory.plan import Plan, Task
-from tfctl.remote.engines.tfjob import (
+from tfctl.remote.exporters.tfjob import (
     REPLICA_TYPES,
     gpu_count,
     notes,

@@ -1,0 +1,38 @@
+"""Which engine: the one a new run starts on (`up --on lab|slurm`), and the one the current run
+is on (the state file says whether it is a Slurm job). Chosen here, once, so that the
+controller and the front ends above it only ever call the `Engine` interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tfctl.inventory.plan import Plan
+from tfctl.remote.connect.fleet import Fleet
+from tfctl.remote.engines.engine import Engine
+from tfctl.remote.engines.hosts import HostsEngine
+from tfctl.remote.engines.slurm import SlurmEngine
+from tfctl.remote.runs.current import CurrentRun
+
+Current = Callable[[bool], CurrentRun | None]
+ON = ("lab", "slurm")
+"""The names `up --on` takes: `lab`, the inventory's hosts; `slurm`, one Slurm job submitted as
+the inventory's `slurm:` says."""
+
+
+def engine_to_start(on: str, fleet: Fleet, current: Current, plan: Callable[[], Plan]) -> Engine:
+    """The engine `up --on <on>` starts a run on; `current(refresh)` and `plan()` are the
+    controller's run and plan, which the hosts' engine reads."""
+    if on == "slurm":
+        return SlurmEngine(fleet.inventory, fleet.options)
+    if on == "lab":
+        return HostsEngine(fleet, current, plan)
+    raise ValueError(f"no engine named {on!r}: {' or '.join(ON)}")
+
+
+def engine_of_run(fleet: Fleet, current: Current, plan: Callable[[], Plan],
+                  by_id: bool = False) -> Engine:
+    """The engine the current run is on: the Slurm job the state file names (`up --on slurm`),
+    else the hosts; a run chosen by its id (`--run`, which the hosts list) is the hosts'."""
+    slurm = None if by_id else SlurmEngine.remembered(fleet.inventory, fleet.options)
+    return slurm or HostsEngine(fleet, current, plan)
