@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from statistics import fmean
 
-from tfctl.remote.gpus.history import (
+from tfctl.remote.gpus.lastseen import (
     DEFAULT_STALE_AFTER_S,
     GpuHistory,
     HostTelemetry,

@@ -24,7 +24,7 @@ from typing import Any
 from tfctl.remote.agent.vocab import TaskRecord
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuSample
 from tfctl.remote.silence import Silence, silences_from
 

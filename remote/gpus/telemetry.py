@@ -25,7 +25,7 @@ from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.host_scripts import host_script, render
 from tfctl.remote.connect.transport import Stream, Transport
 from tfctl.remote.errors import HostUnreachable, RemoteError
-from tfctl.remote.gpus.history import (
+from tfctl.remote.gpus.lastseen import (
     DEFAULT_HISTORY_LENGTH,
     DEFAULT_STALE_AFTER_S,
     GpuHistory,

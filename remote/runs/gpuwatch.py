@@ -22,7 +22,7 @@ from tfctl.remote.gpus.findings import (
     silence_findings,
     track_logs,
 )
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.owners import Owner, OwnerCache
 from tfctl.remote.gpus.telemetry import TelemetryHub
 from tfctl.remote.runs.current import CurrentRun

@@ -18,7 +18,7 @@ from tests.support.fakes.ui_sources import (
 )
 from tests.support.speed_lines import SPEED_LINES
 from tfctl.remote.errors import HostUnreachable
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app.model import cells

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.fakes.ui_sources import FIXED_WALL_S, GTX970_GPU, FakeController, lab_inventory
 from tfctl.remote.errors import HostUnreachable, PythonMissing
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.reach import reach_json, unreachable_words
 from tfctl.remote.runs.status import TaskStatus

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support.leftovers import kill_started
-from tfctl.remote.gpus.history import HostTelemetry, TelemetryState
+from tfctl.remote.gpus.lastseen import HostTelemetry, TelemetryState
 from tfctl.remote.gpus.nvsmi import (
     DEFAULT_COMPUTE_APP_FIELDS,
     WANTED_COMPUTE_APP_FIELDS,

@@ -32,7 +32,7 @@ from tests.support.testbedtools import FOREVER, wait_until
 from tfctl.inventory.load import load_inventory
 from tfctl.inventory.model import Host, Inventory, Job
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.gpus.history import TelemetryState
+from tfctl.remote.gpus.lastseen import TelemetryState
 from tfctl.remote.gpus.nvsmi import BASE_GPU_FIELDS, WANTED_GPU_FIELDS, GpuSample
 from tfctl.remote.gpus.telemetry import BlockAssembler, TelemetryHub, parse_probe
 from tfctl.tui.app.sources import TelemetrySource

@@ -1,4 +1,4 @@
-"""tfctl.remote.gpus.nvsmi and history against real nvidia-smi captures and synthesized edge cases.
+"""tfctl.remote.gpus.nvsmi and lastseen against real nvidia-smi captures and synthesized edge cases.
 
 The captures (tests/support/data/nvidia-smi/, MIT, see its README) hold sections headed by the exact
 command. Their query sections were run with `--format=csv` (header and units) over a long field
@@ -15,7 +15,7 @@ from tests.support.nvsmi_captures import (
     section_id,
     sections_of,
 )
-from tfctl.remote.gpus.history import GpuHistory, HostTelemetry, TelemetryState
+from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry, TelemetryState
 from tfctl.remote.gpus.nvsmi import (
     BASE_GPU_FIELDS,
     DEFAULT_COMPUTE_APP_FIELDS,

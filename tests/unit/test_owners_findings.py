@@ -26,7 +26,7 @@ from tfctl.remote.gpus.findings import (
     throttle_findings,
     track_logs,
 )
-from tfctl.remote.gpus.history import GpuHistory, HostTelemetry
+from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.gpus.owners import (
     TaskProcesses,

@@ -84,7 +84,7 @@ def test_gpus_and_the_dashboard_get_it_as_a_finding(monkeypatch: pytest.MonkeyPa
 
 
 def test_gpus_json_names_the_silence_on_its_host() -> None:
-    from tfctl.remote.gpus.history import HostTelemetry
+    from tfctl.remote.gpus.lastseen import HostTelemetry
 
     snaps = {h: HostTelemetry(h, (), (), last_sample_at=100.0) for h in ("h1", "h2")}
     rows = output.gpu_objects(snaps, {}, 100.0, silences_from("h2", [RAW]))

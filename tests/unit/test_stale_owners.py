@@ -27,7 +27,7 @@ from tfctl.remote.connect.ssh import SshTransport
 from tfctl.remote.errors import CommandFailed, HostUnreachable
 from tfctl.remote.gpus import owners as owners_module
 from tfctl.remote.gpus.findings import stream_findings
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.gpus.owners import OwnerCache, TaskProcesses, map_owners
 from tfctl.remote.gpus.telemetry import TelemetryHub

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tfctl.inventory.plan import Plan
     from tfctl.remote.errors import RemoteError
     from tfctl.remote.gpus.findings import Finding
-    from tfctl.remote.gpus.history import HostTelemetry
+    from tfctl.remote.gpus.lastseen import HostTelemetry
     from tfctl.remote.gpus.owners import Owner
     from tfctl.remote.runs.status import RunStatus, TaskStatus
     from tfctl.remote.silence import Silence

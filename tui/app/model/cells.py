@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from tfctl.remote.agent.speed import EXAMPLES_PER_S, STEPS_PER_S
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 
 NA = "n/a"
 DASH = "–"

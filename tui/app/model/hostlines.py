@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tfctl.inventory.model import Host
-from tfctl.remote.gpus.history import (
+from tfctl.remote.gpus.lastseen import (
     DEFAULT_STALE_AFTER_S,
     GpuHistory,
     HostTelemetry,

@@ -1,7 +1,8 @@
-"""Recent GPU samples per GPU, and an immutable per-host snapshot. Pure: time is passed in.
+"""What was last seen of the GPUs: the recent samples of each GPU (`GpuHistory`, a bounded ring)
+and an immutable per-host snapshot (`HostTelemetry`). Pure: time is passed in.
 
 Why keyed by (host, uuid) and not uuid alone: real UUIDs are unique, but masked captures and
-simulated lab hosts can repeat them, and a host's history must go away with the host.
+simulated hosts can repeat them, and a host's history must go away with the host.
 Why `last_sample_at` is monotonic seconds: staleness must not jump when a host's wall clock (or
 ours) is adjusted; nvidia-smi's own timestamp is kept on each sample for display only.
 """
