@@ -1,6 +1,6 @@
 """A Slurm run's state from what the submit host answered, for the cases a test cluster does
 not reach in seconds: Slurm not answering, a job it has forgotten (MinJobAge passed), a time
-limit. The inputs are what scontrol and the batch script (remote/engines/slurm_sh.py) print;
+limit. The inputs are what scontrol and the batch script (remote/exporters/slurm_sh.py) print;
 tests/testbed/test_slurm.py covers the rest against a real Slurm."""
 
 from __future__ import annotations

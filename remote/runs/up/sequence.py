@@ -69,17 +69,15 @@ class UpSettings(Protocol):
 
 
 def up(fleet: Fleet, plan: Plan, say: Say, options: UpSettings, *,
-       hooks: UpHooks | None = None, on_run_id: Callable[[str], None] | None = None,
-       prepare: bool = True) -> tuple[str, RunStatus]:
+       hooks: UpHooks | None = None, prepare: bool = True) -> tuple[str, RunStatus]:
     """Start every task of `plan` as a new run: (its run id, its status, every task verified
-    up). `on_run_id` hears the run id before any task starts (from then on, roll back).
+    up). `hooks.run_started` hears the run id before any task starts (from then on, roll back).
     `prepare=False` leaves the sync and the setup out and asks only the plan's hosts (a run of
     TensorBoard alone, on hosts `up` prepared)."""
     token = new_token()  # this `up`'s lease on the ports its checks choose
     leased: list[str] = []  # the hosts whose check answered (and may hold a lease of it)
     try:
-        return _up(fleet, plan, say, options, hooks or NoHooks(), on_run_id, prepare, token,
-                   leased)
+        return _up(fleet, plan, say, options, hooks or NoHooks(), prepare, token, leased)
     except BaseException:
         if leased:  # nothing started, or it was rolled back: its ports are free again
             release_leases(fleet, leased, token)
@@ -87,8 +85,7 @@ def up(fleet: Fleet, plan: Plan, say: Say, options: UpSettings, *,
 
 
 def _up(fleet: Fleet, plan: Plan, say: Say, options: UpSettings, hooks: UpHooks,
-        on_run_id: Callable[[str], None] | None, prepare: bool, token: str,
-        leased: list[str]) -> tuple[str, RunStatus]:
+        prepare: bool, token: str, leased: list[str]) -> tuple[str, RunStatus]:
     inv = fleet.inventory
     do_sync = prepare and options.sync and inv.job.sync.enabled
     source = checked_source(inv) if do_sync else ""
@@ -114,8 +111,6 @@ def _up(fleet: Fleet, plan: Plan, say: Say, options: UpSettings, hooks: UpHooks,
     checks = checked.answers
     judge_gpus(fleet, plan, checks, options.force, say)
     run_id = new_run_id()
-    if on_run_id is not None:
-        on_run_id(run_id)
     hooks.run_started(run_id)
     for host in plan.hosts_used:  # a live run's tasks hold their ports; up_go refuses it too
         judge_ports(host, checks[host].ports, plan)
