@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.procs import alive, stat_fields
+
 SESSION_VAR = "TFCTL_TEST_SESSION"
 HOLDER_MODULE = "tfctl.remote.connect.hold.holder"
 """The connection holder a command leaves for --persist seconds (remote/connect/hold): it
@@ -36,7 +38,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def session_token(pid: int | None = None) -> str:
     """`<pid>-<start time in clock ticks since boot>` of `pid` (this process by default)."""
     pid = os.getpid() if pid is None else pid
-    return f"{pid}-{_stat(pid)[19]}"
+    return f"{pid}-{stat_fields(pid)[19]}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def processes_with_env(name: str, value: str) -> list[Leftover]:
         try:
             if needle not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 continue
-            stat = _stat(pid)
+            stat = stat_fields(pid)
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or not ours to read
@@ -92,10 +94,10 @@ def end(pids: Iterable[int], grace_s: float = 5.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_running(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
-        if _running(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -138,15 +140,3 @@ def wait_gone(token: str, timeout_s: float) -> list[Leftover]:
 def boot_seconds() -> float:
     """Now, on the clock /proc's process start times count on (seconds since boot)."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-def _running(pid: int) -> bool:
-    try:
-        return _stat(pid)[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _stat(pid: int) -> list[str]:
-    """/proc/<pid>/stat's fields from the state on (field 3): state, ppid, ..."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.support.procs import alive, children
+
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
 
@@ -195,43 +197,6 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 
 
 # ---------------------------------------------------------------- processes and sockets
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                if int(_stat(int(entry.name))[1]) == pid:
-                    found.append(int(entry.name))
-    return found
-
-
-def descendants(pid: int) -> set[int]:
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children(todo.pop()):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def parent_of(pid: int) -> int:
-    return int(_stat(pid)[1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        return _stat(pid)[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _stat(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
 
 def listening(pid: int) -> list[str]:
     """The addresses `pid` listens on (TCP, IPv4 and IPv6), as `ip:port`."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.procs import alive
 from tests.support.testbed.reboot import _in_sshd_mounts
 from tests.support.testbedtools import job_dir, tfctl, wait_until
 
@@ -127,14 +128,6 @@ def test_check_warns_below_the_disk_floor(testbed, tmp_path: Path) -> None:  # t
     check = tfctl(inv, "check")
     out = check.stdout + check.stderr
     assert "free in the workdir's filesystem, below job.disk_floor_mb (1000000000 MB)" in out
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def test_the_job_ends_on_a_full_host_and_is_recorded_once_there_is_room(  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.procs import alive, children_named
 from tests.support.testbedtools import (
     Watched,
     bound_ports,
@@ -65,20 +66,6 @@ def wait_hosts_idle(testbed: Any, timeout_s: float = 15) -> None:
     while (busy := busy_processes(testbed)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert busy == {}, f"left running on the hosts: {busy}"
-
-
-def children_named(pid: int, comm: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            if name == comm and int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def assert_all_cleaned(testbed: Any, run_id: str, signal_words: str) -> None:
@@ -167,14 +154,6 @@ def test_sigterm_while_workers_start_stops_everything(idle_lab, tmp_path: Path) 
             in w.text)
     assert "Traceback" not in w.text and " is up" not in w.text
     assert_all_cleaned(testbed, str(run_id_said(w)), "SIGTERM")
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

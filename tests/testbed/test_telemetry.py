@@ -27,6 +27,7 @@ import yaml
 
 from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin
 from tests.support.leftovers import kill_started
+from tests.support.procs import parent_of
 from tests.support.testbed import Testbed
 from tests.support.testbedtools import FOREVER, wait_until
 from tfctl.inventory.load import load_inventory
@@ -393,10 +394,6 @@ def stream_on(testbed: Testbed, host: str) -> int | None:
         except OSError:
             continue
     return None
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 @pytest.mark.testbed

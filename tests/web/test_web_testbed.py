@@ -9,31 +9,28 @@ from pathlib import Path
 import pytest
 
 from tests.support.holders import wait_holders
+from tests.support.procs import alive, descendants, parent_of
+from tests.support.testbedtools import FOREVER_FLAGS
 from tests.support.webui import (
     DRAW_S,
     Forwarder,
     WebServer,
-    alive,
     chromium,
     colours,
-    descendants,
     new_page,
     open_dashboard,
-    parent_of,
     unix_clients,
     wait_for,
 )
 
 pytestmark = pytest.mark.testbed
 
-JOB = {"script": "job.py", "style": "flags", "args": ["--forever"]}
-
 
 def test_two_tabs_borrow_from_the_servers_holder(testbed, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                  held: dict[str, str]) -> None:
     from playwright.sync_api import sync_playwright
 
-    inv = testbed.write_inventory(tmp_path / "cluster.yaml", JOB)
+    inv = testbed.write_inventory(tmp_path / "cluster.yaml", FOREVER_FLAGS)
     runtime = Path(held["XDG_RUNTIME_DIR"])
     served = WebServer(inv, env=held)
     tunnel = Forwarder(served.port)

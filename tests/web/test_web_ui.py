@@ -16,15 +16,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.localcluster import local_cluster
+from tests.support.procs import alive, descendants
 from tests.support.webui import (
     DRAW_S,
     Forwarder,
     WebServer,
-    alive,
     chromium,
     colours,
     cookie_for,
-    descendants,
     get,
     handshake,
     listening,

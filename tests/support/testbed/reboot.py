@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import procs
 from tests.support.testbed.testbed import LabUnsupported, Testbed
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -36,7 +37,7 @@ def restart_host(testbed: Testbed, name: str) -> Boot:
         raise LabUnsupported("a host restart needs the isolated (root, ip netns) lab")
     killed = testbed.kill_strays(name)
     deadline = time.monotonic() + 10
-    while alive := [pid for pid in killed if _running(pid)]:
+    while alive := [pid for pid in killed if procs.alive(pid)]:
         if time.monotonic() > deadline:
             raise RuntimeError(f"processes of {name} outlived SIGKILL: {alive}")
         time.sleep(0.05)
@@ -57,14 +58,6 @@ def undo(testbed: Testbed, name: str) -> None:
     for target in (BOOT_ID, STAT):
         while _in_sshd_mounts(testbed, name, "umount", target, check=False).returncode == 0:
             continue
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
 
 
 def _in_sshd_mounts(testbed: Testbed, name: str, *argv: str,
