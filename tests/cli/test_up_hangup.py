@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.support.signals import from_a_terminal
+
 PROBE = """
 import os, signal, sys, time
 if sys.argv[1] == "nohup":
@@ -24,8 +26,10 @@ print("handler after:", signal.getsignal(signal.SIGHUP) == signal.SIG_IGN, flush
 
 
 def probe(mode: str) -> subprocess.CompletedProcess[str]:
+    """The probe started as a terminal's foreground job (SIGHUP at its default, whatever this
+    suite was started with); `nohup` ignores it in the probe itself."""
     return subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, preexec_fn=from_a_terminal)
 
 
 def test_sighup_interrupts_up_and_silences_its_terminal() -> None:

@@ -175,12 +175,15 @@ def wait_until(what: str, check: Any, timeout_s: float, every_s: float = 0.5) ->
 
 
 class Watched:
-    """A tfctl command in its own session (like a terminal's foreground job), output collected."""
+    """A tfctl command in its own session (like a terminal's foreground job: SIGINT and SIGHUP
+    at their defaults, whatever the suite was started with), output collected."""
 
     def __init__(self, argv: list[str], cwd: Path):
+        from tests.support.signals import from_a_terminal
+
         self.proc = subprocess.Popen([sys.executable, "-m", "tfctl.tui", *argv], cwd=cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=from_a_terminal)
         self.out: list[str] = []
         self.err: list[str] = []
         self.readers = [threading.Thread(target=self._read, args=(s, into), daemon=True)
@@ -212,7 +215,13 @@ class Watched:
         os.killpg(self.proc.pid, signal.SIGINT)
 
     def finish(self, timeout_s: float = 90) -> int:
-        code = self.proc.wait(timeout=timeout_s)
+        """Its exit status; one that has not ended within `timeout_s` is killed (its session
+        with it), so that a failed test leaves nothing to the next."""
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
         for reader in self.readers:
             reader.join(5)
         return code

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.signals import from_a_terminal
 from tests.support.testbedtools import FOREVER, job_dir, processes_of_run, status_json, tfctl
 
 pytestmark = pytest.mark.testbed
@@ -93,7 +94,7 @@ def test_logs_follow_json_hands_on_each_line_while_the_task_runs(  # type: ignor
     follow = subprocess.Popen(
         [sys.executable, "-m", "tfctl.tui", "-i", str(inv), "logs", "-f", "--json", "-n", "1",
          "worker:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=inv.parent)
+        cwd=inv.parent, preexec_fn=from_a_terminal)  # Ctrl-C reaches it as from a terminal
     lines: queue.Queue[str] = queue.Queue()
 
     def read() -> None:
@@ -112,7 +113,12 @@ def test_logs_follow_json_hands_on_each_line_while_the_task_runs(  # type: ignor
         assert later > first
     finally:
         follow.send_signal(signal.SIGINT)
-        _, err = follow.communicate(timeout=30)
+        try:
+            _, err = follow.communicate(timeout=30)
+        finally:  # one that does not end is ended: its agent session would outlive the test
+            if follow.poll() is None:
+                follow.kill()
+                follow.communicate()
     assert follow.returncode == 130, err
 
 

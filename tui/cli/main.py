@@ -49,10 +49,11 @@ class TfctlGroup(click.Group):
         return with_global_options(_lazy_command(*COMMANDS[name]))
 
     def invoke(self, ctx: click.Context) -> Any:
+        terminate_as_interrupt()
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+        except KeyboardInterrupt as exc:
+            click.echo(f"interrupted ({exc})" if str(exc) else "interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except click.exceptions.Exit:
             raise
@@ -64,6 +65,24 @@ class TfctlGroup(click.Group):
                 raise
             click.secho(f"error: {_message(exc)}", fg="red", err=True)
             sys.exit(code)
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM ends a command as Ctrl-C does: a KeyboardInterrupt, so what it holds is let go
+    (its agent sessions closed, a follower's polling ended) and it exits 130, where Python's
+    default would end it on the spot. A command with its own handling (`up`'s rollback, the
+    dashboard, the queue's waiter) installs it over this one. A SIGTERM the command was
+    started with ignored stays ignored, as SIGINT and SIGHUP do: tfctl keeps the dispositions
+    its shell gave it (README: Signals)."""
+    import contextlib
+    import signal
+
+    def interrupt(signum: int, frame: types.FrameType | None) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        with contextlib.suppress(ValueError):  # not the main thread (a test's CliRunner)
+            signal.signal(signal.SIGTERM, interrupt)
 
 
 def _project_error_code(exc: Exception) -> int | None:
