@@ -31,6 +31,7 @@ from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.reach import clock_hms, reach_json, unreachable_words
 from tfctl.remote.runs.failure import explain
+from tfctl.remote.runs.notices import last_said
 from tfctl.remote.silence import Silence, silences_from
 
 ENDED = ("exited", "killed", "stopped", "lost")
@@ -44,7 +45,8 @@ class TaskStatus(TaskRecord):
     ended, failed, waits for a restart, and the line of its log that says most."""
 
     last_line: str = ""
-    """The log's last line; for a task that failed, the line that names its error."""
+    """The log's last line (the last that is not a framework's start-up notice, where the
+    lines read have one); for a task that failed, the line that names its error."""
 
     @property
     def awaits_restart(self) -> bool:
@@ -182,7 +184,7 @@ def task_from_agent(host: str, record: TaskRecord | Mapping[str, Any]) -> TaskSt
     """The task as `host` answered it: its record whole (or the record's wire data)."""
     task = TaskStatus.from_wire(record)
     lines = task.last_lines
-    last = lines[-1] if lines else ""
+    last = last_said(lines)  # TensorFlow's start-up notices are not what a task says
     if task.failed:  # the line that names the error, not the last stack frame
         last = explain(lines).headline or last
     return replace(task, host=host, last_line=last)

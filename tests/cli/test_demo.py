@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.testbedtools import processes_of_run
 from tfctl.remote.runs.current import state_file
+from tfctl.remote.runs.notices import FOLDED, is_notice
 
 pytestmark = pytest.mark.tf
 
@@ -27,6 +28,10 @@ def test_demo_runs_to_completion_and_leaves_nothing(tmp_path: Path) -> None:
     assert steps and 30 <= int(steps.group(1)) <= 33, proc.stdout[-2000:]
     assert list((demo_dir / "out" / "ckpt").glob("ckpt-*.index")), "no checkpoint written"
     assert list((demo_dir / "out").rglob("events.out.tfevents.*")), "no TensorBoard events"
+    # the start-up notices of TensorFlow and TensorBoard folded: one line per task at most
+    followed = [line.split(" | ", 1)[-1] for line in proc.stdout.splitlines()]
+    assert not [line for line in followed if is_notice(line)], proc.stdout[-3000:]
+    assert followed.count(FOLDED) <= 4, proc.stdout[-3000:]
     state = json.loads(Path(state_file(str(demo_dir / "cluster.yaml"), "demo")).read_text())
     assert processes_of_run(state["run_id"]) == {}
     # nothing written outside the demo folder

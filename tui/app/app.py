@@ -26,7 +26,7 @@ from textual.events import Resize
 from textual.widgets import Footer
 
 from tfctl.remote.errors import RemoteError
-from tfctl.remote.gpus.history import HostTelemetry
+from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.reach import clock_hms
 from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app import messages as msg
@@ -299,9 +299,9 @@ class TfctlApp(App[None]):
     def _add_log_lines(self, lines: list[tuple[str, str]]) -> None:
         if not lines:
             return
-        self.logs.add(lines)
+        kept = self.logs.add(lines)  # the start-up notices folded
         self.board.log_lines(lines)
-        self._pending_log_lines += self.logs.render(self.log_view, lines)
+        self._pending_log_lines += self.logs.render(self.log_view, kept)
 
     def on_findings_read(self, message: msg.FindingsRead) -> None:
         self.workers_.findings_done()

@@ -15,7 +15,7 @@ from tfctl.tui.cli.context import EXIT_FAILED, EXIT_INTERRUPTED
 from tfctl.tui.cli.output import say
 
 if TYPE_CHECKING:
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
 
 
 _say = functools.partial(say, who="demo")
@@ -37,7 +37,7 @@ def demo(ui: bool | None, steps: int, directory: Path | None) -> None:
       tfctl demo --dir /tmp/tfctl-demo      # then look at /tmp/tfctl-demo/cluster.yaml
     """
     from tfctl.inventory.load import load_inventory
-    from tfctl.remote.runs.controller import RunController, UpOptions
+    from tfctl.remote.controller import RunController, UpOptions
     from tfctl.tui.cli.demo_lab import default_demo_dir, prepare_demo
 
     setup = prepare_demo((directory or default_demo_dir()).absolute(), steps)
@@ -67,15 +67,20 @@ def demo(ui: bool | None, steps: int, directory: Path | None) -> None:
 
 
 def _follow_until_done(controller: RunController) -> int:
+    """The run's lines as they come, TensorFlow's start-up notices folded (one line per task,
+    remote/runs/notices.py), until the job ends; its exit status."""
+    from tfctl.remote.runs.notices import NoticeFold
+
     follower = controller.log_follower()
     assert follower is not None
+    notices = NoticeFold()
     batch = follower.poll(tail_lines=50)
     while True:
-        for task, line in batch.lines:
+        for task, line in notices.lines(batch.lines):
             click.echo(f"{task:<13} | {line}")
         status = controller.status()
         if status is not None and status.job_ended:
-            for task, line in follower.poll().lines:
+            for task, line in notices.lines(follower.poll().lines):
                 click.echo(f"{task:<13} | {line}")
             return status.exit_code
         time.sleep(0.5)

@@ -55,7 +55,7 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
       tfctl logs --run 20261123-221410-90d6 worker:0
       tfctl logs -f --json | jq -r 'select(.task == "worker:0") | .line'
     """
-    from tfctl.remote.runs.controller import RunController
+    from tfctl.remote.controller import RunController
     from tfctl.tui.cli.run import _one_line_errors
 
     c = obj(ctx)
@@ -69,7 +69,7 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
                 return
             click.echo("no run yet: start one with `tfctl up`")
             return
-        show = _json_lines if as_json else _prefixed_lines()
+        show = _json_lines if as_json else _prefixed_lines(fold=follow)
         batch = follower.poll(tail_lines=n_lines)
         while True:
             show(batch)
@@ -86,14 +86,19 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
             batch = follower.poll()
 
 
-def _prefixed_lines() -> Callable[[LogBatch], None]:
-    """`worker:1 | line`, each task in its own colour, the prefixes as wide as the widest yet."""
+def _prefixed_lines(fold: bool = False) -> Callable[[LogBatch], None]:
+    """`worker:1 | line`, each task in its own colour, the prefixes as wide as the widest yet;
+    `fold` (`-f`): the framework's start-up notices folded, one line per task
+    (remote/runs/notices.py)."""
+    from tfctl.remote.runs.notices import NoticeFold
+
     colour: dict[str, str] = {}
     width = 0
+    notices = NoticeFold() if fold else None
 
     def show(batch: LogBatch) -> None:
         nonlocal width
-        for task, line in batch.lines:
+        for task, line in batch.lines if notices is None else notices.lines(batch.lines):
             colour.setdefault(task, COLOURS[len(colour) % len(COLOURS)])
             width = max(width, len(task))
             prefix = click.style(f"{task:<{width}} |", fg=colour[task])

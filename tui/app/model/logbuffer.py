@@ -1,7 +1,9 @@
 """The log lines the dashboard keeps, and which of them the log pane shows. Pure.
 
 Every task's lines are kept (bounded), whatever the pane shows, so switching from one task to
-all tasks, or changing the filter, redraws from memory instead of asking the hosts again.
+all tasks, or changing the filter, redraws from memory instead of asking the hosts again. The
+framework's start-up notices are kept folded, one line per task (remote/runs/notices.py), as
+every view that follows a run shows them; `tfctl logs` has them as written.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from tfctl.remote.runs.notices import NoticeFold
 
 DEFAULT_KEEP_LINES = 20_000
 
@@ -40,14 +44,18 @@ class LogBuffer:
         the first line (it still grows for a longer name)."""
         self._lines: deque[tuple[str, str]] = deque(maxlen=keep_lines)
         self._width = prefix_width
+        self._notices = NoticeFold()
 
     def __len__(self) -> int:
         return len(self._lines)
 
-    def add(self, lines: Iterable[tuple[str, str]]) -> None:
-        for task, line in lines:
+    def add(self, lines: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Keep `lines`, the start-up notices folded; the lines kept (what the pane draws)."""
+        kept = self._notices.lines(lines)
+        for task, line in kept:
             self._width = max(self._width, len(task))
             self._lines.append((task, line))
+        return kept
 
     def render(self, view: LogView, lines: Iterable[tuple[str, str]] | None = None) -> list[str]:
         """The pane's text for `lines` (default: everything kept) under `view`."""
