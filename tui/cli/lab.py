@@ -96,14 +96,14 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
       tfctl lab --watch --idle-after 30m
       tfctl lab --json | jq '.[] | select(.state == "free") | "\\(.host):\\(.gpu)"'
     """
-    from tfctl.remote.controller import RunController
+    from tfctl.remote.connect.fleet import Fleet  # no run, no engine: not the controller's
     from tfctl.remote.lab.ops import read_lab
 
     threshold = _duration(idle_after, "--idle-after")
     c = obj(ctx)
-    with RunController(c.load(), c.ssh_options()) as controller:
+    with Fleet(c.load(), c.ssh_options()) as fleet:
         if not watch_:
-            hosts = read_lab(controller.fleet, threshold)
+            hosts = read_lab(fleet, threshold)
             if as_json:
                 click.echo(json.dumps(lab_json(hosts), indent=2))
                 for found in hosts:
@@ -120,7 +120,7 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
             with Live(auto_refresh=False, screen=False, transient=as_json,
                       console=console()) as live:
                 while True:
-                    hosts = read_lab(controller.fleet, threshold)
+                    hosts = read_lab(fleet, threshold)
                     if as_json:  # one JSON list per line
                         click.echo(json.dumps(lab_json(hosts)))
                     else:
