@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
+from itertools import islice
 from typing import Any
 
 from tfctl.remote.errors import HostUnreachable
@@ -60,11 +61,18 @@ class GpuHistory:
         ring = self._rings.get((host, uuid))
         return ring[-1] if ring else None
 
-    def series(self, host: str, uuid: str, attr: str) -> tuple[float | None, ...]:
-        """One numeric attribute over time (e.g. 'utilization_gpu_pct'), oldest first; gaps None."""
+    def series(self, host: str, uuid: str, attr: str,
+               last: int | None = None) -> tuple[float | None, ...]:
+        """One numeric attribute over time (e.g. 'utilization_gpu_pct'), oldest first; gaps None.
+        `last`: only the newest `last` samples, read without walking the whole ring (a
+        sparkline, every second for every GPU)."""
         if attr not in NUMERIC_SAMPLE_ATTRS:
             raise ValueError(f"{attr!r} is not a numeric GpuSample attribute")
-        return tuple(getattr(timed.sample, attr) for timed in self._rings.get((host, uuid), ()))
+        ring = self._rings.get((host, uuid), ())
+        if last is not None:
+            newest = [getattr(timed.sample, attr) for timed in islice(reversed(ring), last)]
+            return tuple(reversed(newest))
+        return tuple(getattr(timed.sample, attr) for timed in ring)
 
     def keys(self) -> tuple[tuple[str, str], ...]:
         return tuple(self._rings)

@@ -402,6 +402,8 @@ def test_history_is_a_bounded_ring_per_host_and_gpu() -> None:
     history.record("h2", parse_gpu_rows(row(), FIELDS).samples, at_s=9.0)
     assert [t.at_s for t in history.recent("h1", UUID0)] == [2.0, 3.0, 4.0]
     assert history.series("h1", UUID0, "utilization_gpu_pct") == (20.0, 30.0, 40.0)
+    assert history.series("h1", UUID0, "utilization_gpu_pct", last=2) == (30.0, 40.0)
+    assert history.series("h1", UUID0, "utilization_gpu_pct", last=9) == (20.0, 30.0, 40.0)
     assert history.latest("h2", UUID0) is not None
     assert set(history.keys()) == {("h1", UUID0), ("h2", UUID0)}
     history.forget_host("h1")

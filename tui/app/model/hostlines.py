@@ -182,7 +182,7 @@ def _gpu_line(host: str, gpu: GpuSample, history: GpuHistory | None, owner_of: O
     """`stale` ("stale since T"): the host does not answer, so its owner is not asked."""
     spark: tuple[float | None, ...] = ()
     if history is not None:
-        spark = history.series(host, gpu.uuid, "utilization_gpu_pct")[-SPARK_LEN:]
+        spark = history.series(host, gpu.uuid, "utilization_gpu_pct", last=SPARK_LEN)
     marks = [f.level for f in findings if f.host == host and f.gpu is not None
              and (f.gpu == gpu.index or f.gpu == gpu.uuid)]
     owner = stale if stale is not None else owner_of(host, gpu.uuid)

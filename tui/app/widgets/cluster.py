@@ -20,12 +20,12 @@ from textual.events import Click, Resize
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import DOWN, IDLE, OK, STALE, WARN
 from tfctl.tui.app.model.hostlines import GpuLine, HostLine
+from tfctl.tui.app.widgets.lines import CachedLines
 from tfctl.tui.app.widgets.tasks import CURSOR_FOCUSED
 
 LEVEL_STYLE = {OK: "green", IDLE: "dim", STALE: "yellow", WARN: "dark_orange", DOWN: "bold red"}
@@ -39,7 +39,7 @@ class _Row:
     compact: bool
 
 
-class ClusterView(ScrollView, can_focus=True):
+class ClusterView(CachedLines, can_focus=True):
     """Hosts and their GPUs. ↑/↓ pick a host, Enter focuses it (the tasks table follows)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -63,7 +63,6 @@ class ClusterView(ScrollView, can_focus=True):
         super().__init__(id=id)
         self._hosts: list[HostLine] = []
         self._rows: list[_Row] = []
-        self._cache: dict[int, Strip] = {}
         self.focused_host: str | None = None
 
     # -- data ---------------------------------------------------------------------------------
@@ -90,18 +89,17 @@ class ClusterView(ScrollView, can_focus=True):
             self.virtual_size = Size(self.size.width, len(rows))
             self.refresh(layout=True)
             return
-        changed = [y for y, (new, before) in enumerate(zip(rows, old, strict=True))
-                   if new != before]
+        # Only the lines on screen are compared (at 16 hosts × 8 GPUs, 22 of 144); those off
+        # it are forgotten, to be drawn from their new rows if they are scrolled to.
+        top, size = self.scroll_offset.y, self.size
+        end = min(top + size.height, len(rows))
+        for y in [y for y in self._cache if not top <= y < end]:
+            del self._cache[y]
+        changed = [y for y in range(top, end) if rows[y] != old[y]]
         for y in changed:
             self._cache.pop(y, None)
-        self._refresh_visible(changed)
-
-    def _refresh_visible(self, lines: list[int]) -> None:
-        """One dirty region spanning the changed lines that are on screen; none if none are."""
-        top = self.scroll_offset.y
-        seen = [y - top for y in lines if top <= y < top + self.size.height]
-        if seen:
-            self.refresh(Region(0, min(seen), self.size.width, max(seen) - min(seen) + 1))
+        if changed:  # one dirty region spanning them
+            self.refresh(Region(0, changed[0] - top, size.width, changed[-1] - changed[0] + 1))
 
     def watch_compact(self) -> None:
         self._rebuild()
@@ -167,14 +165,10 @@ class ClusterView(ScrollView, can_focus=True):
         index = y + self.scroll_offset.y
         width = self.size.width
         if index >= len(self._rows):
-            return Strip.blank(width, self.rich_style)
+            return self.blank(width)
         strip = self._cache.get(index)
         if strip is None:
-            text = self._text(self._rows[index], width)
-            text.style = self.rich_style  # the base under the spans, so their colours show
-            strip = Strip(text.render(self.app.console), text.cell_len)
-            strip = strip.crop_extend(0, width, self.rich_style)
-            self._cache[index] = strip
+            strip = self._cache[index] = self.strip(self._text(self._rows[index], width), width)
         return strip
 
     def _text(self, row: _Row, width: int) -> Text:

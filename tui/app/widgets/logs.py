@@ -1,5 +1,6 @@
 """The log pane: Textual's `Log` (about 7,000 lines per CPU-second, docs/field-notes.md §5)
-fed in batches, with a filter box that opens on `/`."""
+fed in batches, with a filter box that opens on `/`; growing, it repaints itself and not the
+screen (`TailLog`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,33 @@ from collections.abc import Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import Reactive
 from textual.widgets import Input, Log
 
 MAX_SHOWN_LINES = 10_000
+
+
+class TailLog(Log):
+    """Textual's `Log`, whose growth does not lay the screen out again.
+
+    Why: a widget's `virtual_size` is a layout reactive, so each batch of lines made Textual
+    reflow the whole screen and repaint it all (the hosts, tasks, borders and footer, once a
+    second at 16 hosts). A log that grows while its vertical scrollbar shows keeps its region
+    and its scrollbars; only the bar's thumb changes, and that is repainted here. A hidden log
+    (another view) is laid out when it is shown. Any other change of size (the first overflow,
+    a wider line, a clear) is laid out as before."""
+
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0))
+
+    def watch_virtual_size(self, old: Size, new: Size) -> None:
+        if not self.is_on_screen:
+            return
+        if self.show_vertical_scrollbar and new.height >= old.height and new.width == old.width:
+            self.vertical_scrollbar.window_virtual_size = new.height
+        else:
+            self.refresh(layout=True)
 
 
 class LogPane(Vertical):
@@ -22,12 +46,12 @@ class LogPane(Vertical):
             super().__init__()
 
     def compose(self) -> ComposeResult:
-        yield Log(max_lines=MAX_SHOWN_LINES, auto_scroll=True, id="log")
+        yield TailLog(max_lines=MAX_SHOWN_LINES, auto_scroll=True, id="log")
         yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
 
     @property
-    def log_widget(self) -> Log:
-        return self.query_one("#log", Log)
+    def log_widget(self) -> TailLog:
+        return self.query_one("#log", TailLog)
 
     @property
     def filter_input(self) -> Input:
@@ -47,7 +71,13 @@ class LogPane(Vertical):
         if lines:
             log = self.log_widget
             log.write_lines(lines, scroll_end=log.auto_scroll)
-            self._end_after_layout()
+            if log.auto_scroll and log.show_vertical_scrollbar:
+                # Laid out already and not laid out again (`TailLog`): the end is known now,
+                # so the view goes there in this frame rather than in one more.
+                if not log.is_vertical_scroll_end:
+                    log.scroll_end(animate=False, immediate=True)
+            else:
+                self._end_after_layout()
 
     def _end_after_layout(self) -> None:
         log = self.log_widget

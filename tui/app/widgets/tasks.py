@@ -17,11 +17,11 @@ from textual.events import Click, Resize
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tfctl.tui.app.model.board import DOWN, IDLE, OK, STALE, WARN, TaskRow
 from tfctl.tui.app.model.cells import ellipsize
+from tfctl.tui.app.widgets.lines import CachedLines
 
 # (title, width); the exit status is part of the state ("exited 1", "killed by SIGKILL"), as
 # `tfctl status` says it, which keeps the table narrow enough to sit beside the hosts.
@@ -39,9 +39,10 @@ LAST_LINE_ROOM = 30
 CURSOR_FOCUSED = "bold on #0178d4"  # a background, so coloured cells stay readable
 CURSOR_BLURRED = "on grey23"
 STATE_STYLE = {OK: "green", IDLE: "dim", STALE: "yellow", WARN: "dark_orange", DOWN: "bold red"}
+HEADER_LINE = -1  # the sticky header's key in the line cache (rows are 0, 1, …)
 
 
-class TasksTable(ScrollView, can_focus=True):
+class TasksTable(CachedLines, can_focus=True):
     """Task, host, GPU mask, state/exit, uptime, restarts, steps/s, working directory, last
     log line.
 
@@ -70,7 +71,6 @@ class TasksTable(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._rows: list[TaskRow] = []
-        self._cache: dict[int, Strip] = {}
 
     # -- data -----------------------------------------------------------------------------------
     @property
@@ -101,14 +101,17 @@ class TasksTable(ScrollView, can_focus=True):
             self.cursor_row = names.index(selected) if selected in names else 0
             self.refresh()
             return
-        changed = [i for i, (new, before) in enumerate(zip(rows, old, strict=True))
-                   if new != before]
+        # Only the rows on screen are compared; those off it are forgotten, to be drawn from
+        # their new values if they are scrolled to.
+        top, size = self.scroll_offset.y, self.size
+        end = min(top + size.height - 1, len(rows))  # -1: the header line
+        for i in [i for i in self._cache if i != HEADER_LINE and not top <= i < end]:
+            del self._cache[i]
+        changed = [i for i in range(top, end) if rows[i] != old[i]]
         for i in changed:
             self._cache.pop(i, None)
-        top, height = self.scroll_offset.y, self.size.height
-        seen = [i + 1 - top for i in changed if 1 <= i + 1 - top < height]
-        if seen:  # one dirty region for the visible changed rows
-            self.refresh(Region(0, min(seen), self.size.width, max(seen) - min(seen) + 1))
+        if changed:  # one dirty region for the visible changed rows (+1: the header line)
+            self.refresh(Region(0, changed[0] + 1 - top, size.width, changed[-1] - changed[0] + 1))
 
     def _refresh_row(self, index: int) -> None:
         y = index + 1 - self.scroll_offset.y  # +1: the header line
@@ -161,25 +164,23 @@ class TasksTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y == 0:
-            header = header_text(width)
-            header.pad_right(max(0, width - header.cell_len))
-            return self._strip(header, width)
+            strip = self._cache.get(HEADER_LINE)
+            if strip is None:
+                header = header_text(width)
+                header.pad_right(max(0, width - header.cell_len))
+                strip = self._cache[HEADER_LINE] = self.strip(header, width)
+            return strip
         index = y - 1 + self.scroll_offset.y
         if index >= len(self._rows):
-            return Strip.blank(width, self.rich_style)
+            return self.blank(width)
         strip = self._cache.get(index)
         if strip is None:
             text = row_text(self._rows[index], width)
             if index == self.cursor_row:
                 text.pad_right(max(0, width - text.cell_len))
                 text.stylize(CURSOR_FOCUSED if self.has_focus else CURSOR_BLURRED)
-            strip = self._cache[index] = self._strip(text, width)
+            strip = self._cache[index] = self.strip(text, width)
         return strip
-
-    def _strip(self, text: Text, width: int) -> Strip:
-        text.style = self.rich_style
-        strip = Strip(text.render(self.app.console), text.cell_len)
-        return strip.crop_extend(0, width, self.rich_style)
 
 
 def columns(width: int) -> tuple[tuple[str, int], ...]:
