@@ -14,7 +14,11 @@ Claims are other users' data, so a reader trusts nothing in them it can check ot
 - the user is the file's owner (its uid, from the descriptor opened with O_NOFOLLOW), never the
   `user` written inside; a file named after another user than its owner is skipped;
 - a symbolic link is never followed, nor anything but a regular file read; a file over
-  MAX_CLAIM_BYTES, bad JSON or a record of the wrong shape is skipped — each with one warning;
+  MAX_CLAIM_BYTES, bad JSON or a record of the wrong shape is skipped;
+- no user's files hide another's (`read_folder`): the names are listed and each file's owner
+  taken from its lstat before anything is read, a file counts against its owner whatever its
+  name says, and at most MAX_FILES_PER_OWNER files of each owner are read (its names shaped as
+  tfctl's own first); what was skipped is one warning per owner, with a count per reason;
 - a run claim is `live` only while one of its recorded processes (pid and start time, owned by
   the claim's uid, in this boot) runs; otherwise it is `stale`, shown so and never obeyed; a
   reservation past its end is `expired`, and its owner's next command removes it.
@@ -29,6 +33,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_id
@@ -41,10 +46,15 @@ CLAIMS_DIR_VAR = "TFCTL_CLAIMS_DIR"
 DEFAULT_CLAIMS_DIR = "/tmp/tfctl-claims"
 CLAIM_FORMAT = "tfctl-claim/1"
 MAX_CLAIM_BYTES = 64 * 1024
-MAX_CLAIM_FILES = 1024
+MAX_FILES_PER_OWNER = 128
+"""Files of one owner read in one look: far more than the runs and reservations one user holds
+on one host. Each owner's files are bounded on their own, so a user's flood costs that user's
+own files and no one else's."""
+MAX_LISTED = 65536
+"""Entries of a folder looked at in one look (a stat each, nothing read)."""
 MAX_TEXT = 200
 KINDS = ("run", "reservation")
-_ID = re.compile(r"[^A-Za-z0-9_.-]")
+_ID = r"[^A-Za-z0-9_.-]"
 
 
 def claims_dir() -> str:
@@ -54,7 +64,7 @@ def claims_dir() -> str:
 def claim_file_name(user: str, kind: str, ident: str) -> str:
     """`alice.run.20261125-101500-ab12.json`: the user first, so a file named after one user
     and owned by another is seen for what it is."""
-    return f"{user}.{kind}.{_ID.sub('_', ident)[:120]}.json"
+    return f"{user}.{kind}.{re.sub(_ID, '_', ident)[:120]}.json"
 
 
 def folder_problem(folder: str) -> str | None:
@@ -159,9 +169,9 @@ class Owned:
         self.data, self.uid, self.user = data, uid, user
 
 
-def read_owned(path: str, what: str, named_user: str, max_bytes: int) -> Owned | str | None:
-    """The file at `path` as `Owned`, a one-line warning why it was skipped, or None when it
-    is gone. Another user's data: a link is never followed (lstat, then O_NOFOLLOW), only a
+def read_owned(path: str, named_user: str, max_bytes: int) -> Owned | str | None:
+    """The file at `path` as `Owned`, why it was skipped (a few words), or None when it is
+    gone. Another user's data: a link is never followed (lstat, then O_NOFOLLOW), only a
     regular file of at most `max_bytes` is read, and its owner must be the user its name says
     (`named_user`), so nobody leaves a file under another's name."""
     try:
@@ -169,46 +179,151 @@ def read_owned(path: str, what: str, named_user: str, max_bytes: int) -> Owned |
     except OSError:
         return None  # removed meanwhile
     if stat.S_ISLNK(st.st_mode):
-        return f"skipped {what} {path}: a symbolic link (not followed)"
+        return "a symbolic link (not followed)"
     if not stat.S_ISREG(st.st_mode):
-        return f"skipped {what} {path}: not a regular file"
+        return "not a regular file"
     if st.st_size > max_bytes:
-        return f"skipped {what} {path}: {st.st_size} bytes, over {max_bytes}"
+        return f"over {max_bytes} bytes"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        return f"skipped {what} {path}: {exc.strerror or exc}"
+        return exc.strerror or str(exc)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            return f"skipped {what} {path}: not a regular file"
+            return "not a regular file"
         data = f.read(max_bytes + 1)
     owner = user_name(st.st_uid)
     if owner != named_user:
-        return f"skipped {what} {path}: named after user {named_user} but owned by {owner}"
+        return f"named after user {named_user} but owned by {owner}"
     if len(data) > max_bytes:
-        return f"skipped {what} {path}: over {max_bytes} bytes"
+        return f"over {max_bytes} bytes"
     return Owned(data, st.st_uid, owner)
 
 
-def _read_one(folder: str, name: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(claim, None), (None, warning), or (None, None) for a file that is no claim's name."""
-    parts = name.split(".")
-    if name.startswith(".") or not name.endswith(".json") or len(parts) < 4:
-        return None, None  # a temporary file being written, or not ours
-    named_user, kind = parts[0], parts[1]
-    path = os.path.join(folder, name)
-    found = read_owned(path, "claim", named_user, MAX_CLAIM_BYTES)
-    if not isinstance(found, Owned):
+class _Skipped:
+    """One owner's files a look skipped: how many for each reason, and the first one's name."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+        self.first: tuple[str, str] | None = None
+
+    def add(self, name: str, why: str) -> None:
+        self.count[why] = self.count.get(why, 0) + 1
+        self.first = self.first or (name, why)
+
+    def words(self, label: str, folder: str, owner: str) -> str:
+        total = sum(self.count.values())
+        assert self.first is not None
+        if total == 1:
+            return f"{label} {folder}: skipped {self.first[0]} of user {owner}: {self.first[1]}"
+        ranked = sorted(self.count.items(), key=lambda kv: (-kv[1], kv[0]))
+        said = "; ".join(f"{n} {why}" for why, n in ranked[:5])
+        more = f"; {len(ranked) - 5} other reasons" if len(ranked) > 5 else ""
+        return (f"{label} {folder}: skipped {total} files of user {owner} ({said}{more}; the "
+                f"first: {self.first[0]})")
+
+
+_TFCTL_IDS = (r"\.(?:run\.\d{8}-\d{6}-[0-9a-f]{4}|reservation\.gpu[\w-]+|ticket\.[\w-]+)"
+              r"\.json$")
+"""The names tfctl itself writes (`claim_file_name`, the tickets' `ticket_file_name`): read
+first among an owner's files."""
+
+
+def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
+                parse: Callable[[Any, str], dict[str, Any]],
+                per_owner: int = MAX_FILES_PER_OWNER
+                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every record of the `<user>.<kind>.<id>.json` files of `folder` (`kind` one of `kinds`):
+    `parse(its JSON, kind)` with `file`, `uid` and `user` added; and the warnings, one per owner
+    whose files were skipped, or one for a folder that is not read (`label`: "claims folder").
+
+    Other users' data. No user's files hide another's: the names are listed and each file's
+    owner is its lstat's uid before anything is opened, so a file counts against its owner
+    whatever its name says; a link, anything but a regular file, a file over `max_bytes` or one
+    named after another user than its owner is skipped without being opened; of each owner at
+    most `per_owner` files are read, the names tfctl writes first, so neither another user's
+    flood nor one's own junk crowds out anybody's claims, the reader's own included."""
+    problem = folder_problem(folder)
+    if problem == "it does not exist":
+        return [], []
+    if problem is not None:
+        return [], [f"{label} {folder} is not read: {problem}"]
+    names: list[tuple[str, os.stat_result]] = []
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_LISTED:
+                    break
+                parts = entry.name.split(".")
+                if entry.name.startswith(".") or not entry.name.endswith(".json") \
+                        or len(parts) < 4 or parts[1] not in kinds:
+                    continue  # a temporary file being written, or not ours
+                with contextlib.suppress(OSError):  # removed meanwhile
+                    names.append((entry.name, entry.stat(follow_symlinks=False)))
+    except OSError as exc:
+        return [], [f"{label} {folder} is not read: {exc.strerror or exc}"]
+    owners: dict[int, str] = {}
+    skipped: dict[str, _Skipped] = {}
+    chosen: dict[int, list[str]] = {}
+    for name, st in sorted(names):
+        owner = owners.setdefault(st.st_uid, user_name(st.st_uid) or str(st.st_uid))
+        why = None
+        if stat.S_ISLNK(st.st_mode):
+            why = "a symbolic link (not followed)"
+        elif not stat.S_ISREG(st.st_mode):
+            why = "not a regular file"
+        elif name.split(".")[0] != owner:
+            why = f"named after user {name.split('.')[0]}"
+        elif st.st_size > max_bytes:
+            why = f"over {max_bytes} bytes"
+        if why is not None:
+            skipped.setdefault(owner, _Skipped()).add(name, why)
+        else:
+            chosen.setdefault(st.st_uid, []).append(name)
+    records = []
+    for uid, own in chosen.items():
+        own.sort(key=lambda name: (re.search(_TFCTL_IDS, name) is None, name))
+        for name in own[:per_owner]:
+            record, why = _read_record(folder, name, max_bytes, parse)
+            if record is not None:
+                records.append(record)
+            elif why is not None:
+                skipped.setdefault(owners[uid], _Skipped()).add(name, why)
+        for name in own[per_owner:]:
+            skipped.setdefault(owners[uid], _Skipped()).add(
+                name, f"not read (at most {per_owner} files of one user are read)")
+    warnings = [skipped[owner].words(label, folder, owner) for owner in sorted(skipped)]
+    return records, warnings
+
+
+def _read_record(folder: str, name: str, max_bytes: int,
+                 parse: Callable[[Any, str], dict[str, Any]]
+                 ) -> tuple[dict[str, Any] | None, str | None]:
+    """(record, None), (None, why it was skipped), or (None, None) for a file gone meanwhile."""
+    kind = name.split(".")[1]
+    found = read_owned(os.path.join(folder, name), name.split(".")[0], max_bytes)
+    if found is None or isinstance(found, str):
         return None, found
     try:
-        claim = parse_claim(json.loads(found.data.decode("utf-8")))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        return None, f"skipped claim {path}: {str(exc)[:120] or type(exc).__name__}"
+        record = parse(json.loads(found.data.decode("utf-8")), kind)
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except RecursionError:
+        return None, "nested too deep"
+    except json.JSONDecodeError:
+        return None, "not JSON"
+    except ValueError as exc:
+        return None, str(exc)[:120] or "not a record"
+    record.update(file=name, uid=found.uid, user=found.user)
+    return record, None
+
+
+def _claim_of(raw: Any, kind: str) -> dict[str, Any]:
+    claim = parse_claim(raw)
     if claim["kind"] != kind:
-        return None, f"skipped claim {path}: its name says {kind}, its record {claim['kind']}"
-    claim.update(file=name, uid=found.uid, user=found.user)
-    return claim, None
+        raise ValueError(f"its name says {kind}, its record {claim['kind']}")
+    return claim
 
 
 def claim_state(claim: dict[str, Any], now_s: float) -> str:
@@ -230,33 +345,16 @@ def claim_state(claim: dict[str, Any], now_s: float) -> str:
 
 def read_claims(folder: str | None = None, now_s: float | None = None
                 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every claim in the folder with its `state`, and one warning per file skipped."""
+    """Every claim in the folder with its `state`; one warning per owner whose files were
+    skipped (`read_folder`)."""
     import time
 
-    folder = folder or claims_dir()
     now_s = time.time() if now_s is None else now_s
-    problem = folder_problem(folder)
-    if problem == "it does not exist":
-        return [], []
-    if problem is not None:
-        return [], [f"claims folder {folder} is not read: {problem}"]
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError as exc:
-        return [], [f"claims folder {folder} is not read: {exc.strerror or exc}"]
-    warnings = []
-    if len(names) > MAX_CLAIM_FILES:
-        warnings.append(f"claims folder {folder} holds {len(names)} files: only the first "
-                        f"{MAX_CLAIM_FILES} are read")
-        names = names[:MAX_CLAIM_FILES]
-    claims = []
-    for name in names:
-        claim, warning = _read_one(folder, name)
-        if warning:
-            warnings.append(warning)
-        if claim is not None:
-            claim["state"] = claim_state(claim, now_s)
-            claims.append(claim)
+    claims, warnings = read_folder(folder or claims_dir(), "claims folder", KINDS,
+                                   MAX_CLAIM_BYTES, _claim_of)
+    for claim in claims:
+        claim["state"] = claim_state(claim, now_s)
+    claims.sort(key=lambda c: c["file"])
     return claims, warnings
 
 

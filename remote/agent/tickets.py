@@ -22,19 +22,12 @@ need of a host: nvidia-smi's GPUs and compute apps, who those processes are, the
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
 from typing import Any
 
-from tfctl.remote.agent.claims import (
-    Owned,
-    claims_dir,
-    ensure_folder,
-    folder_problem,
-    read_owned,
-)
+from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_folder
 from tfctl.remote.agent.lab import gpu_state_now
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.vocab import (
@@ -43,12 +36,14 @@ from tfctl.remote.agent.vocab import (
     TicketDropAnswer,
     TicketPutAnswer,
     TicketRequest,
+    replace,
 )
 from tfctl.remote.agent.wire import AgentError
 
 TICKET_FORMAT = "tfctl-ticket/1"
 TICKET_MAX_BYTES = 16 * 1024
-TICKET_MAX_FILES = 512
+TICKET_MAX_PER_OWNER = 64
+"""Tickets of one owner read in one look (one per job a user queues on the host)."""
 TICKET_STALE_S = 90.0
 """A ticket whose waiter has not looked for this long is stale (the waiter looks every 5-30 s)."""
 
@@ -87,46 +82,16 @@ def parse_ticket(raw: Any) -> dict[str, Any]:
             "client": None if raw.get("client") is None else str(raw["client"])[:120]}
 
 
-def _ticket_read(folder: str, name: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(ticket, None), (None, warning), or (None, None) for a file that is no ticket's name."""
-    parts = name.split(".")
-    if name.startswith(".") or not name.endswith(".json") or len(parts) < 4 \
-            or parts[1] != "ticket":
-        return None, None
-    path = os.path.join(folder, name)
-    found = read_owned(path, "ticket", parts[0], TICKET_MAX_BYTES)
-    if not isinstance(found, Owned):
-        return None, found
-    try:
-        ticket = parse_ticket(json.loads(found.data.decode("utf-8")))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        return None, f"skipped ticket {path}: {str(exc)[:120] or type(exc).__name__}"
-    ticket.update(file=name, uid=found.uid, user=found.user)
-    return ticket, None
-
-
 def read_tickets(now_s: float, stale_s: float = TICKET_STALE_S
                  ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every ticket with its `state` (`waiting` or `stale`), oldest first; one warning per file
-    skipped."""
-    folder = tickets_dir()
-    problem = folder_problem(folder)
-    if problem == "it does not exist":
-        return [], []
-    if problem is not None:
-        return [], [f"queue folder {folder} is not read: {problem}"]
-    try:
-        names = sorted(os.listdir(folder))[:TICKET_MAX_FILES]
-    except OSError as exc:
-        return [], [f"queue folder {folder} is not read: {exc.strerror or exc}"]
-    tickets, warnings = [], []
-    for name in names:
-        ticket, warning = _ticket_read(folder, name)
-        if warning:
-            warnings.append(warning)
-        if ticket is not None:
-            ticket["state"] = "waiting" if now_s - ticket["beat"] <= stale_s else "stale"
-            tickets.append(ticket)
+    """Every ticket with its `state` (`waiting` or `stale`), oldest first; one warning per
+    owner whose files were skipped, read as the claims are (`claims.read_folder`: each
+    owner's files bounded on their own)."""
+    tickets, warnings = read_folder(tickets_dir(), "queue folder", ("ticket",),
+                                    TICKET_MAX_BYTES, lambda raw, _kind: parse_ticket(raw),
+                                    per_owner=TICKET_MAX_PER_OWNER)
+    for ticket in tickets:
+        ticket["state"] = "waiting" if now_s - ticket["beat"] <= stale_s else "stale"
     tickets.sort(key=lambda t: (t["queued"], t["user"], t["id"]))
     return tickets, warnings
 
@@ -205,5 +170,5 @@ def op_gpu_state(req: GpuStateRequest) -> GpuState:
     if req.tickets:
         stale_s = float(req.stale_s or TICKET_STALE_S)
         queue, warnings = read_tickets(time.time(), stale_s)
-        state = dataclasses.replace(state, tickets=tuple(queue), ticket_warnings=tuple(warnings))
+        state = replace(state, tickets=tuple(queue), ticket_warnings=tuple(warnings))
     return state

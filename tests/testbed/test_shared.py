@@ -279,3 +279,39 @@ def test_one_read_only_inventory_serves_each_user_their_own_run(
         shutil.rmtree(bobs_workdir, ignore_errors=True)
         shutil.rmtree(shared.parent, ignore_errors=True)
         shutil.rmtree(homes, ignore_errors=True)
+
+
+def test_a_flood_of_junk_claims_hides_no_reservation(shared_testbed: Testbed,
+                                                     tmp_path: Path) -> None:
+    """bob fills h1's claims folder with 1500 junk files: alice's reservation of h1:0 still
+    shows in her `lab` and in his, his `up` onto it is refused naming her, and what was skipped
+    is one line, bob's (docs/claims.md: No user's files hide another's)."""
+    testbed = shared_testbed
+    alice, bob = testbed.users[ALICE], testbed.users[BOB]
+    mine = user_inventory(testbed, alice, tmp_path / "alice", hosts=["h1"], gpus={"h1": [0]},
+                          ps={"h1": 0})
+    theirs = user_inventory(testbed, bob, tmp_path / "bob", hosts=["h1"], gpus={"h1": [0]},
+                            ps={"h1": 0}, name="bobs")
+    folder = testbed.claims_dir("h1")
+    try:
+        reserved = tfctl(mine, "reserve", "h1:0", "--for", "1h", "--note", "thesis")
+        assert reserved.returncode == 0, reserved.stdout + reserved.stderr
+        flood = _as_user(testbed, "h1", BOB, f"cd {folder} && for i in $(seq 0 1499); do "
+                         f"echo '{{}}' > {BOB}.run.junk$i.json; done")
+        assert flood.returncode == 0, flood.stderr
+        for inv in (mine, theirs):
+            done = tfctl(inv, "lab", "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            row = _row(json.loads(done.stdout), "h1", 0)
+            assert row["state"] == "reserved" and row["reservation"]["user"] == ALICE, row
+            skipped = [line for line in done.stderr.splitlines() if "skipped" in line]
+            assert len(skipped) == 1 and f"skipped 1500 files of user {BOB}" in skipped[0], \
+                done.stderr
+        refused = tfctl(theirs, "up")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"h1: GPU 0: reserved by {ALICE} until" in refused.stderr, refused.stderr
+        assert "nothing was started" in refused.stderr
+        assert len([line for line in refused.stderr.splitlines() if "skipped" in line]) <= 1
+    finally:
+        _as_user(testbed, "h1", BOB, f"rm -f {folder}/{BOB}.run.junk*.json")
+        tfctl(mine, "release", "h1:0")

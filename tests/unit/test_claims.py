@@ -75,7 +75,7 @@ def test_first_writer_makes_a_sticky_folder_and_reads_back(tmp_path: Path) -> No
         (ME, os.getuid(), [1], "live", "ICML runs")]
 
 
-def test_hostile_files_are_skipped_with_one_warning_each(tmp_path: Path) -> None:
+def test_hostile_files_are_skipped_with_one_warning_for_their_owner(tmp_path: Path) -> None:
     folder = tmp_path / "claims"
     claims.write_claim("reservation", "gpu1", _record(), str(folder))
     target = tmp_path / "secret"
@@ -84,15 +84,37 @@ def test_hostile_files_are_skipped_with_one_warning_each(tmp_path: Path) -> None
     (folder / f"{ME}.run.bad.json").write_text("{not json")
     (folder / f"{ME}.run.huge.json").write_text(" " * (claims.MAX_CLAIM_BYTES + 1))
     (folder / f"{ME}.run.kind.json").write_text(json.dumps(_record()))  # says reservation
+    (folder / f"{ME}.run.empty.json").write_text("{}")
     os.mkfifo(folder / f"{ME}.run.fifo.json")
     (folder / ".alice.123.run.tmp").write_text("half written")  # a writer's temporary file
     found, warnings = claims.read_claims(str(folder))
     assert [c["file"] for c in found] == [f"{ME}.reservation.gpu1.json"]
-    assert sorted(w.split(": ", 1)[1] for w in warnings) == sorted([
-        "a symbolic link (not followed)", "Expecting property name enclosed in double quotes: "
-        "line 1 column 2 (char 1)", f"{claims.MAX_CLAIM_BYTES + 1} bytes, over "
-        f"{claims.MAX_CLAIM_BYTES}", "its name says run, its record reservation",
-        "not a regular file"])
+    assert warnings == [
+        f"claims folder {folder}: skipped 6 files of user {ME} (1 a symbolic link (not "
+        f"followed); 1 its name says run, its record reservation; 1 not JSON; 1 not a "
+        f"regular file; 1 not a tfctl-claim/1 record; 1 other reasons; the first: "
+        f"{ME}.reservation.gpu2.json)"]
+    (folder / f"{ME}.run.bad.json").unlink()
+    for name in ("empty", "fifo", "huge", "kind"):
+        (folder / f"{ME}.run.{name}.json").unlink()
+    assert claims.read_claims(str(folder))[1] == [
+        f"claims folder {folder}: skipped {ME}.reservation.gpu2.json of user {ME}: a symbolic "
+        "link (not followed)"]
+
+
+def test_ones_own_flood_bounds_ones_own_files_and_tfctls_names_are_read_first(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "claims"
+    claims.write_claim("reservation", "gpu1", _record(), str(folder))
+    for n in range(claims.MAX_FILES_PER_OWNER + 50):
+        (folder / f"{ME}.reservation.a{n:04d}.json").write_text("{}")  # sorts before gpu1
+    found, warnings = claims.read_claims(str(folder))
+    assert [c["file"] for c in found] == [f"{ME}.reservation.gpu1.json"]
+    assert warnings == [
+        f"claims folder {folder}: skipped {claims.MAX_FILES_PER_OWNER + 50} files of user {ME} "
+        f"({claims.MAX_FILES_PER_OWNER - 1} not a tfctl-claim/1 record; 51 not read (at most "
+        f"{claims.MAX_FILES_PER_OWNER} files of one user are read); the first: "
+        f"{ME}.reservation.a0000.json)"]
 
 
 def test_a_folder_that_is_a_link_or_not_sticky_is_not_used(tmp_path: Path) -> None:
@@ -116,7 +138,38 @@ def test_a_file_named_after_another_user_is_skipped(tmp_path: Path) -> None:
     found, warnings = claims.read_claims(str(folder))
     nobody = pwd.getpwuid(NOBODY).pw_name
     assert found == [] and warnings == [
-        f"skipped claim {forged}: named after user {ME} but owned by {nobody}"]
+        f"claims folder {folder}: skipped {forged.name} of user {nobody}: named after user {ME}"]
+
+
+@needs_root
+def test_another_users_flood_hides_no_claim(tmp_path: Path) -> None:
+    """1500 junk files of nobody's, 300 more it named after us, a FIFO, a link, a huge file:
+    our reservation and nobody's own well-formed one are both read, and what was skipped is
+    one line, nobody's, with its counts."""
+    folder = tmp_path / "claims"
+    claims.write_claim("reservation", "gpu1", _record(), str(folder))
+    nobody = pwd.getpwuid(NOBODY).pw_name
+    theirs = folder / f"{nobody}.reservation.gpu3.json"
+    theirs.write_text(json.dumps(_record(gpus=[3])))
+    junk = [folder / f"{nobody}.run.junk{n}.json" for n in range(1500)]
+    junk += [folder / f"{ME}.run.forged{n}.json" for n in range(300)]
+    for path in junk:
+        path.write_text("{}")
+    os.mkfifo(folder / f"{nobody}.run.fifo.json")
+    (folder / f"{nobody}.run.link.json").symlink_to("/etc/passwd")
+    (folder / f"{nobody}.run.huge.json").write_text(" " * (claims.MAX_CLAIM_BYTES + 1))
+    for path in [theirs, *junk, *(folder / f"{nobody}.run.{n}.json"
+                                  for n in ("fifo", "huge"))]:
+        os.chown(path, NOBODY, NOBODY)
+    os.lchown(folder / f"{nobody}.run.link.json", NOBODY, NOBODY)
+    found, warnings = claims.read_claims(str(folder))
+    assert sorted((c["user"], c["gpus"], c["state"]) for c in found) == sorted([
+        (ME, [1], "live"), (nobody, [3], "live")])
+    assert warnings == [
+        f"claims folder {folder}: skipped 1803 files of user {nobody} (1373 not read (at most "
+        f"{claims.MAX_FILES_PER_OWNER} files of one user are read); 300 named after user {ME}; "
+        f"{claims.MAX_FILES_PER_OWNER - 1} not a tfctl-claim/1 record; 1 a symbolic link (not "
+        f"followed); 1 not a regular file; 1 other reasons; the first: {nobody}.run.fifo.json)"]
 
 
 @needs_root
