@@ -3,6 +3,8 @@ share (tests/support/fixtures.py), stopping what a test started, and the session
 fails the run when a process the suite started still runs (tests/support/leftovers.py)."""
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,12 @@ _test_starts: list[tuple[float, str]] = []
 # a holder from one test would serve the next test's commands, whose lab may have changed.
 # TFCTL_TEST_PERSIST=60 runs the whole suite the way users' commands run by default.
 os.environ["TFCTL_PERSIST"] = os.environ.get("TFCTL_TEST_PERSIST", "0")
+
+# What the suite's commands remember of their runs (remote/runs/current.py: one state file per
+# inventory in $XDG_STATE_HOME/tfctl) stays in a folder of this session's, removed at its end,
+# never in the home of whoever runs the suite.
+STATE_HOME = tempfile.mkdtemp(prefix="tfctl-test-state-")
+os.environ["XDG_STATE_HOME"] = STATE_HOME
 
 
 @pytest.fixture
@@ -62,6 +70,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     (they outlive a command by --persist seconds, by design) are ended here; any other process
     carrying this session's marker fails the run, is named with the test it started during,
     and is ended too, so that nothing is left behind either way."""
+    shutil.rmtree(STATE_HOME, ignore_errors=True)
     token = SESSION
     found = leftovers.session_processes(token)
     holders = [p for p in found if p.is_holder]
