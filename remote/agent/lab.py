@@ -221,8 +221,11 @@ def _lab_folder(workdir: str) -> str:
     return folder
 
 
-def sample_forever(folder: str) -> int:
-    """The sampler's body (detached): sample while someone looks, under an exclusive lock."""
+def sample_forever(folder: str, first: tuple[float, list[dict[str, Any]],
+                                             list[dict[str, Any]]] | None = None) -> int:
+    """The sampler's body (detached): sample while someone looks, under an exclusive lock.
+    `first`: the reading (time, GPUs, compute apps) of the `lab` request that started it, its
+    first sample (nvidia-smi is not asked again for the same moment)."""
     import fcntl
 
     try:
@@ -241,14 +244,22 @@ def sample_forever(folder: str) -> int:
         if time.time() > float(wanted.get("until") or 0):
             return 0
         sample_s = max(0.5, float(wanted.get("sample_s") or SAMPLE_S))
-        gpus, apps, error = query_gpus()
+        error: str | None = None
+        if first is not None:
+            (t, gpus, apps), first = first, None
+        else:
+            gpus, apps, error = query_gpus()
+            t = time.time()
         if error is None:
-            write_json(path, next_low(read_json(path), time.time(), gpus, apps, sample_s))
+            write_json(path, next_low(read_json(path), t, gpus, apps, sample_s))
         time.sleep(sample_s)
 
 
-def ensure_sampler(folder: str, sample_s: float, linger_s: float) -> None:
-    """Keep the sampler wanted for `linger_s` more seconds, and started if none runs."""
+def ensure_sampler(folder: str, sample_s: float, linger_s: float,
+                   first: tuple[float, list[dict[str, Any]], list[dict[str, Any]]] | None = None
+                   ) -> None:
+    """Keep the sampler wanted for `linger_s` more seconds, and started if none runs (with
+    `first`, the reading just taken, as its first sample)."""
     import fcntl
 
     write_json(os.path.join(folder, "wanted.json"), {"until": time.time() + linger_s,
@@ -259,7 +270,7 @@ def ensure_sampler(folder: str, sample_s: float, linger_s: float) -> None:
         except OSError:
             return  # one runs
         fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    fork_detached(lambda: sample_forever(folder))
+    fork_detached(lambda: sample_forever(folder, first))
 
 
 def idle_report(folder: str, now_s: float) -> dict[str, Any]:
@@ -315,7 +326,8 @@ def op_lab(req: LabRequest) -> GpuState:
     folder = _lab_folder(expand(str(req.workdir)))
     gpus, apps, error = reading.result()
     if not error and gpus:
-        ensure_sampler(folder, float(req.sample_s or SAMPLE_S), float(req.linger_s or LINGER_S))
+        ensure_sampler(folder, float(req.sample_s or SAMPLE_S), float(req.linger_s or LINGER_S),
+                       (time.time(), gpus, apps))
     return _gpu_state(found, gpus, apps, error, hostname=os.uname().nodename,
                       idle=idle_report(folder, time.time()))
 
