@@ -18,7 +18,7 @@ from tests.support.fakes.ui_sources import (
     FakeTunnel,
     failing_sync,
 )
-from tests.support.pilot import fakes_app, polled, screen_text, sync, until
+from tests.support.pilot import fakes_app, polled, polled_app, screen_text, sync, until
 from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
 from tfctl.tui.app.widgets.cluster import ClusterView
@@ -45,8 +45,7 @@ async def test_cluster_view_shows_each_gpu_its_owner_and_the_dead_host() -> None
 @sync
 async def test_job_view_lists_every_task_with_state_rate_and_restarts() -> None:
     app, _, _ = fakes_app()
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         await until(pilot, lambda: app.query_one(TasksTable).row("worker:2").state != "waiting"
                     and app.query_one(TasksTable).row("ps:2").state == "unknown")
         table = app.query_one(TasksTable)
@@ -61,8 +60,7 @@ async def test_job_view_lists_every_task_with_state_rate_and_restarts() -> None:
 @sync
 async def test_logs_follow_switch_task_and_filter() -> None:
     app, ctl, _ = fakes_app()
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         log = app.query_one("#log", Log)
         assert log.line_count == 6  # the run marker and the 5 tail lines
         ctl.add_log("worker:3", "step 1200 steps_per_sec=39.0")
@@ -95,8 +93,7 @@ async def test_the_steps_column_shows_the_speed_the_logs_state_in_each_form() ->
                  for h, ts in ctl.tasks.items()}
     ctl.log_lines = [(task, line) for task, line in ctl.log_lines if task not in quiet]
     app, _, _ = fakes_app(ctl)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         table = app.query_one(TasksTable)
         assert [table.row(t).rate for t in quiet] == ["–", "–", "–"]
         for task, line in (("worker:0", "INFO:tensorflow:global_step/sec: 149.1"),
@@ -202,8 +199,7 @@ async def test_a_failed_action_is_a_titled_error_with_its_cause() -> None:
 @sync
 async def test_down_asks_first_and_does_nothing_when_declined() -> None:
     app, ctl, notes = fakes_app()
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         await pilot.press("d")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
@@ -221,8 +217,7 @@ async def test_down_asks_first_and_does_nothing_when_declined() -> None:
 @sync
 async def test_restart_asks_then_restarts_the_selected_task() -> None:
     app, ctl, notes = fakes_app()
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         table = app.query_one(TasksTable)
         table.focus()
         table.move_cursor(row=[t.name for t in ctl.plan.tasks].index("worker:2"))
@@ -248,8 +243,7 @@ async def test_restart_offers_to_start_a_task_lost_to_its_hosts_restart_again() 
     app, ctl, notes = fakes_app()
     at = time.time() - 60
     _gtx970_restarted(ctl, at)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         table = app.query_one(TasksTable)
         said = f"lost (host restarted at {time.strftime('%H:%M:%S', time.localtime(at))})"
         await until(pilot, lambda: table.row("worker:4").state == said)
@@ -270,8 +264,7 @@ async def test_restart_offers_to_start_a_task_lost_to_its_hosts_restart_again() 
 async def test_restart_on_a_host_starts_every_task_its_restart_lost_again() -> None:
     app, ctl, notes = fakes_app()
     _gtx970_restarted(ctl, time.time() - 60)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         cluster = app.query_one(ClusterView)
         await until(pilot, lambda: any(h.name == "gtx970" for h in cluster.hosts))
         cluster.focus()
@@ -356,8 +349,7 @@ async def test_narrow_terminal_collapses_hosts_and_tabs_tasks_and_logs() -> None
 @sync
 async def test_focusing_a_host_filters_the_tasks_and_unfolds_it() -> None:
     app, _, _ = fakes_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app, (80, 24)) as pilot:
         cluster = app.query_one(ClusterView)
         cluster.focus()
         await pilot.press("down", "enter")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.pilot import fakes_app, polled, sync, until
+from tests.support.pilot import fakes_app, polled_app, sync, until
 from tfctl.tui.app.app import TfctlApp
 from tfctl.tui.app.widgets.cluster import ClusterView
 
@@ -35,8 +35,7 @@ async def test_x_opens_the_selected_task_then_the_host_under_the_cursor() -> Non
 
     app, _, notes = fakes_app(shell=shell)
     try:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: polled(app))
+        async with polled_app(app) as pilot:
             suspendable(app, log)
             first = app.tasks_table.selected_task
             assert first is not None
@@ -63,8 +62,7 @@ async def test_x_where_the_terminal_cannot_be_handed_over_says_so() -> None:
         return 0
 
     app, _, notes = fakes_app(shell=shell)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: polled(app))
+    async with polled_app(app) as pilot:
         await pilot.press("x")
         await until(pilot, lambda: any(title == "Shell" for title, _, _ in notes))
     assert not called
@@ -82,8 +80,7 @@ async def test_x_names_the_hosts_error_in_one_line() -> None:
 
     app, _, notes = fakes_app(shell=shell)
     try:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: polled(app))
+        async with polled_app(app) as pilot:
             suspendable(app, log)
             await pilot.press("x")
             await until(pilot, lambda: any(sev == "error" for _, _, sev in notes))

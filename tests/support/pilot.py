@@ -5,8 +5,9 @@ for a condition, and the screen's text."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from textual.pilot import Pilot
@@ -63,6 +64,15 @@ async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout_s: fl
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await pilot.pause(every_s)
+
+
+@contextlib.asynccontextmanager
+async def polled_app(app: TfctlApp, size: tuple[int, int] = (160, 48)
+                     ) -> AsyncIterator[Pilot[None]]:
+    """The app running headless at `size`, once every host of the fakes has answered."""
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: polled(app))
+        yield pilot
 
 
 def polled(app: TfctlApp) -> bool:
