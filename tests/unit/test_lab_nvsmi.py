@@ -7,31 +7,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import NVIDIA_SMI_STANDIN
+from tests.support.fakes import NVIDIA_SMI_STANDIN, standin_first_on_path
 from tfctl.remote.agent.lab import LabNvsmiReading, query_gpus
 
 
 @pytest.fixture
 def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """`nvidia-smi` on PATH: the stand-in, four GPUs, seeing only processes of this test."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    tool = bin_dir / "nvidia-smi"
-    tool.write_text(f"#!/bin/sh\nexec {sys.executable} {NVIDIA_SMI_STANDIN} \"$@\"\n")
-    tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("TFCTL_TEST_NVSMI_GPUS", "4")
-    monkeypatch.setenv("TFCTL_TEST_NVSMI_TAG", uuid.uuid4().hex)
-    for name in ("TFCTL_TEST_NVSMI_DRIVER", "TFCTL_TEST_NVSMI_FAIL", "TFCTL_TEST_NVSMI_HANG",
-                 "TFCTL_TEST_NVSMI_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    yield bin_dir
+    yield standin_first_on_path(tmp_path / "bin", 4, monkeypatch)
 
 
 def test_the_gpus_and_the_process_on_one_of_them(standin: Path) -> None:

@@ -9,15 +9,13 @@ hanging.
 from __future__ import annotations
 
 import json
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import NVIDIA_SMI_STANDIN
+from tests.support.fakes import standin_first_on_path
 from tfctl.remote.agent import record
 from tfctl.remote.agent.record import GpuRecorder
 
@@ -25,17 +23,7 @@ from tfctl.remote.agent.record import GpuRecorder
 @pytest.fixture
 def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """`nvidia-smi` on PATH: the stand-in, two GPUs, seeing no process of this machine."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    tool = bin_dir / "nvidia-smi"
-    tool.write_text(f"#!/bin/sh\nexec {sys.executable} {NVIDIA_SMI_STANDIN} \"$@\"\n")
-    tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("TFCTL_TEST_NVSMI_GPUS", "2")
-    monkeypatch.setenv("TFCTL_TEST_NVSMI_TAG", uuid.uuid4().hex)
-    for name in ("TFCTL_TEST_NVSMI_DRIVER", "TFCTL_TEST_NVSMI_FAIL", "TFCTL_TEST_NVSMI_HANG",
-                 "TFCTL_TEST_NVSMI_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
+    standin_first_on_path(tmp_path / "bin", 2, monkeypatch)
     yield tmp_path
 
 
