@@ -19,8 +19,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-OTHER_PROJECTS = ("tensorflow/", "keras/", "fabric/", "invoke/", "httpx/", ".../")
-"""Path prefixes of other projects' files (TensorFlow, Keras, Fabric, invoke, httpx)."""
+OTHER_PROJECTS = ("tensorflow/", "keras/", "torch/", "jax/", "fabric/", "invoke/", "httpx/",
+                  ".../")
+"""Path prefixes of other projects' files (TensorFlow, Keras, PyTorch, JAX, Fabric, invoke,
+httpx)."""
 NOT_OURS = {
     # TensorFlow's and Keras' sources, named where the rules they hold are cited
     "saving_api.py", "mirrored_strategy.py", "collective_all_reduce_strategy.py",
@@ -34,6 +36,8 @@ NOT_OURS = {
 
 PY_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[A-Za-z_][\w-]*\.py)\b(?!\.\w)")
 """A file name ending in .py, with the folders written before it (not `x.pyc`, `x.py.bak`)."""
+WRAPPED = re.compile(r"/\n[ \t]*(?:#[ \t]*)?")
+"""A line break (and a comment's or docstring's indent) right after a slash, inside a path."""
 
 
 def tree_files() -> list[str]:
@@ -77,6 +81,7 @@ def named_but_missing(files: list[str], texts: dict[str, str]) -> list[str]:
     missing = []
     for path, text in texts.items():
         for line, words in prose(path, text):
+            words = WRAPPED.sub("/", words)  # a path broken after a slash is one name
             for match in PY_NAME.finditer(words):
                 name = match.group(1)
                 if name in NOT_OURS or name.startswith(OTHER_PROJECTS) or exists(name):
@@ -100,7 +105,8 @@ def test_what_counts_as_a_name_and_where() -> None:
               'SCRIPT = "gone.py"  # a string in code is no prose: not read\n'
               "def f() -> None:\n"
               '    """As TensorFlow\'s tensorflow/python/training/saver.py does, or job.py."""\n')
-    readme = "Edit `train.py` or `remote/agent/run.py`; see remote/runs/up.py.\n"
+    readme = ("Edit `train.py` or `remote/agent/run.py`; see remote/runs/up.py.\n"
+              "As torch/distributed/elastic/agent/\n  server/local_elastic_agent.py does.\n")
     assert named_but_missing(files, {"remote/x.py": module, "README.md": readme}) == [
         "README.md:1: remote/runs/up.py", "README.md:1: train.py", "remote/x.py:1: agent.py",
         "remote/x.py:2: remote/status.py"]
