@@ -96,6 +96,8 @@ class Place:
 
 @dataclass(frozen=True)
 class Plan:
+    """Every task of the job exactly as it will run, and the cluster they form."""
+
     inventory: Inventory
     tasks: tuple[Task, ...]
     cluster: Mapping[str, list[str]] = field(default_factory=dict)
@@ -107,6 +109,9 @@ class Plan:
     """Every process of the framework's cluster as placed (port, mask, address), whole even
     where `tasks` was narrowed to a few of them: what `plan.with_ports` hands new ports from.
     Empty for a plan built by hand: its tasks are then the cluster."""
+    oneoff: Mapping[str, Any] | None = None
+    """A one-off command's run (`tfctl run`, inventory/oneoff.py): its command, name, sweep and
+    point, which every host's manifest records; None for the inventory's job."""
 
     def address_of(self, host: str) -> str:
         """The name the other hosts reach `host` by."""
@@ -129,6 +134,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.inventory.name,
+            "framework": self.inventory.job.framework,
             "strategy": self.inventory.job.strategy,
             "style": self.inventory.job.style,
             "cluster": {k: list(v) for k, v in self.cluster.items()},

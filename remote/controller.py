@@ -93,10 +93,12 @@ class RunController:
             self._run = current_run(self.inventory, self.fleet)
         return self._run
 
-    def select_run(self, run_id: str) -> None:
+    def select_run(self, run_id: str, hosts: tuple[str, ...] | None = None) -> None:
         """Act on run `run_id` (`--run ID`) rather than the current one, on the hosts that hold
-        a part of it; RemoteError when none does."""
-        hosts = next((r.hosts for r in self.runs() if r.run_id == run_id), None)
+        a part of it (`hosts`, where the caller knows them: a sweep's record); RemoteError when
+        none does."""
+        if hosts is None:
+            hosts = next((tuple(r.hosts) for r in self.runs() if r.run_id == run_id), None)
         if not hosts:
             raise FleetError(f"no host remembers run {run_id}: `tfctl runs` lists the runs "
                              "they do")
@@ -215,6 +217,15 @@ class RunController:
         self._run = CurrentRun(started.run_id, "state file", self.plan.hosts_used)
         self.up_status = started.status
         return started.run_id
+
+    def start(self, plan: Plan, options: UpOptions = UpOptions(), on_event: Say | None = None,
+              *, hooks: UpHooks | None = None) -> str:
+        """Start `plan` as it is, as `up` starts the inventory's job, and remember it as the
+        current run: a plan made otherwise than from the job (a one-off command's,
+        inventory/oneoff.py), over this controller's inventory, with no `gpus: free` host left
+        to place. Raises as `up` does."""
+        self.plan = plan
+        return self.up(options, on_event, hooks=hooks)
 
     def start_steps(self, options: UpOptions = UpOptions()) -> StepRows | None:
         """The live rows a front end may draw while `up` starts the run, or None where the

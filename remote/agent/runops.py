@@ -58,7 +58,7 @@ from tfctl.remote.agent.wire import AgentError
 def op_prepare(req: PrepareRequest) -> PrepareAnswer:
     workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     for other, live in live_runs(workdir).items():
-        if live:
+        if live and not _beside(req.manifest, run_dir_of(workdir, other)):
             raise AgentError("run_live", f"run {other} is still running on this host; stop it "
                              "with `tfctl down` first", run_id=other)
     run_dir = run_dir_of(workdir, run_id)
@@ -71,6 +71,15 @@ def op_prepare(req: PrepareRequest) -> PrepareAnswer:
     manifest.setdefault("boot_id", boot_id())  # the host's boot the run started in (boot.py)
     write_json(os.path.join(run_dir, "manifest.json"), manifest)
     return PrepareAnswer(run_id, run_dir)
+
+
+def _beside(manifest: dict[str, Any] | None, other_dir: str) -> bool:
+    """Whether a new run may start while the live run of `other_dir` runs in the same workdir:
+    when either is a one-off command's (`tfctl run`, a manifest with `oneoff`), which opens no
+    port and holds only the GPUs placed for it; two runs of the inventory's job may not."""
+    if (manifest or {}).get("oneoff") is not None:
+        return True
+    return (read_json(os.path.join(other_dir, "manifest.json")) or {}).get("oneoff") is not None
 
 
 def make_output_dirs(workdir: str, folders: list[str]) -> None:

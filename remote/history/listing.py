@@ -34,6 +34,8 @@ class RunSummary:
     """`host:path` of each output folder."""
     gpu_costs: dict[str, list[GpuCost] | None] = field(default_factory=dict)
     """Host → what each GPU the run held there cost (None: the host did not say)."""
+    oneoff: dict[str, Any] | None = None
+    """A one-off command's run (`tfctl run`): its command, name, sweep and point; else None."""
 
     @property
     def cost(self) -> RunCost:
@@ -51,7 +53,7 @@ class RunSummary:
                 "finished_at": self.finished_at, "duration_s": self.duration_s,
                 "live": self.live, "ended": self.ended, "exit_code": self.exit_code,
                 "tasks": self.tasks, "hosts": self.hosts, "outputs": self.outputs,
-                **self.cost.to_json()}
+                "oneoff": self.oneoff, **self.cost.to_json()}
 
 
 def list_runs(fleet: Fleet) -> tuple[list[RunSummary], dict[str, str]]:
@@ -76,6 +78,7 @@ def merge_runs(by_host: Mapping[str, Sequence[Mapping[str, Any]]],
             if created is not None:
                 run.started_at = min(run.started_at or created, created)
             run.tasks += [str(t) for t in raw.get("tasks") or []]
+            run.oneoff = run.oneoff or raw.get("oneoff")
             run.outputs += [f"{host}:{workdirs.get(host, '?')}/{o}" for o in raw.get("outputs")
                             or []]
             _take_end(run, raw.get("finished"))

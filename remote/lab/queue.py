@@ -47,7 +47,8 @@ class Want:
     def words(self) -> str:
         if self.gpus is not None:
             return f"GPU{'s' if len(self.gpus) != 1 else ''} {', '.join(map(str, self.gpus))}"
-        return "any free GPU" if not self.count else f"{self.count} free GPUs"
+        return "any free GPU" if not self.count else \
+            f"{self.count} free GPU{'s' if self.count != 1 else ''}"
 
     def to_json(self) -> dict[str, Any]:
         return {"gpus": None if self.gpus is None else list(self.gpus), "count": self.count}

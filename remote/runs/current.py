@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,7 @@ def write_state(inv: Inventory, data: dict[str, Any]) -> None:
     """`data` (whose `run_id` has started) as the inventory's state, written atomically;
     `StateUnwritable` saying how that run is stopped when it cannot be written."""
     path = state_path(inv)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # a sweep starts points at once
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as fh:

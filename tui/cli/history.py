@@ -60,6 +60,8 @@ def runs(ctx: click.Context, as_json: bool) -> None:
                    f"{run.ended or 'running'}")
         click.echo(f"    {len(run.tasks)} tasks on {', '.join(run.hosts)} · outputs "
                    f"{', '.join(run.outputs) or '–'}")
+        if run.oneoff:
+            click.echo(f"    {oneoff_words(run.oneoff)}")
         note = cost.energy_note()
         if note and cost.gpus:
             click.echo(f"    {note}")
@@ -67,6 +69,18 @@ def runs(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"note: {WHOLE_BOARD}")
     for host, why in unreachable.items():
         secho(f"  ✖ {host}: {why} (its runs are not listed)", err=True, fg="red")
+
+
+def oneoff_words(oneoff: dict[str, Any]) -> str:
+    """A one-off run (`tfctl run`) in words: `tfctl run: python train.py --seed 1 · sweep
+    s-20261127-113333-ab12, point 1 of 6: seed=1`."""
+    words = f"tfctl run{' ' + str(oneoff['name']) if oneoff.get('name') else ''}: " \
+            f"{oneoff.get('command')}"
+    if oneoff.get("sweep"):
+        point = " ".join(f"{k}={v}" for k, v in (oneoff.get("point") or {}).items())
+        words += (f" · sweep {oneoff['sweep']}, point {int(oneoff.get('index') or 0) + 1} of "
+                  f"{oneoff.get('points')}" + (f": {point}" if point else ""))
+    return words
 
 
 @click.command()

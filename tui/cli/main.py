@@ -281,6 +281,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sync": ("tfctl.tui.cli.run", "sync"),
     "setup": ("tfctl.tui.cli.setup", "setup"),
     "up": ("tfctl.tui.cli.run", "up"),
+    "run": ("tfctl.tui.cli.oneoff", "run"),
     "wait": ("tfctl.tui.cli.run", "wait"),
     "status": ("tfctl.tui.cli.run", "status"),
     "down": ("tfctl.tui.cli.run", "down"),

@@ -9,7 +9,8 @@ stops it, and its tickets go stale after a minute and a half, holding nobody bac
 
 What this machine queued is kept in `~/.cache/tfctl/queue/` (`$XDG_CACHE_HOME`): one record
 per job (`ID.json`: the inventory, the `up` options, what it waits for, its state) and the
-waiter's log (`ID.log`).
+waiter's log (`ID.log`). A sweep of one-off commands (`tfctl run`, tui/cli/sweep.py) keeps its
+record here too (`s-….json`, with its points), and its points wait under one ticket.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def update_record(ticket_id: str, **changes: Any) -> dict[str, Any]:
 
 def own_records() -> list[dict[str, Any]]:
     out = []
-    for path in sorted(queue_dir().glob("q-*.json")):
+    for path in sorted([*queue_dir().glob("q-*.json"), *queue_dir().glob("s-*.json")]):
         found = read_record(path.stem)
         if found is not None:
             out.append(found)
@@ -187,14 +188,14 @@ def _queued_json(record: dict[str, Any], first: Look) -> dict[str, Any]:
             "timeout_s": record["timeout_s"]}
 
 
-def start_waiter(record: dict[str, Any]) -> int:
-    """The waiter, in a session of its own (no terminal: closing ours does not reach it), its
-    output into the job's log; its pid."""
+def start_waiter(record: dict[str, Any], module: str = "tfctl.tui.cli.waiter") -> int:
+    """The waiter (`module`'s: a sweep's is tui/cli/sweep.py), in a session of its own (no
+    terminal: closing ours does not reach it), its output into the job's log; its pid."""
     import subprocess
 
     log = open(record["log"], "ab")  # noqa: SIM115 - handed to the child, closed here after
     try:
-        child = subprocess.Popen([sys.executable, "-m", "tfctl.tui.cli.waiter",
+        child = subprocess.Popen([sys.executable, "-m", module,
                                   str(record_path(record["id"]))],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  cwd=record["cwd"], start_new_session=True, close_fds=True)
@@ -273,6 +274,9 @@ def _list(ctx: click.Context, as_json: bool) -> None:
         if r["state"] == WAITING:
             alive = "" if r["waiter_alive"] else " (its waiter is not running: cancel it)"
             click.echo(f"yours {r['id']}: waiting{alive}; for {r['why']} · log {r['log']}")
+            for point in r.get("points") or ():
+                if point.get("state") == WAITING:
+                    click.echo(f"    point {point['index'] + 1}: {point['words']}  waiting")
         else:
             run = f" run {r['run_id']}" if r.get("run_id") else ""
             click.echo(f"yours {r['id']}: {r['state']}{run} · log {r['log']}")
@@ -282,7 +286,7 @@ def _list(ctx: click.Context, as_json: bool) -> None:
 
 def _local_json(record: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "job", "state", "why", "run_id", "log", "wants", "queued_at", "timeout_s",
-            "inventory", "waiter_pid", "updated_at")
+            "inventory", "waiter_pid", "updated_at", "points")
     return dict({k: record.get(k) for k in keys}, waiter_alive=waiter_alive(record))
 
 

@@ -285,17 +285,21 @@ def _refuse_busy(exc: GpusBusy, as_json: bool = False) -> None:
               help="When it comes back, send word to URL through apprise (ntfys://TOPIC, "
                    "slack://..., mailto://..., json://HOST/PATH; repeatable). Word that needs "
                    "no client waiting: job.notify (README: Word when a run ends).")
+@click.option("--run", "run_id", metavar="ID", help="Another run than the current one "
+              "(`tfctl runs` lists them).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def wait(ctx: click.Context, timeout: float | None, notify_urls: tuple[str, ...],
-         as_json: bool) -> None:
-    """Block until the current job ends; stop its parameter servers; exit with its status.
+         run_id: str | None, as_json: bool) -> None:
+    """Block until the current job (or `--run ID`) ends; stop its parameter servers; exit
+    with its status.
 
     \b
     Example:
       tfctl up && tfctl wait; echo "job exit status $?"
       tfctl wait --json | jq .exit_code
       tfctl wait --notify ntfys://my-lab-runs
+      tfctl wait --run 20261123-221410-90d6
     """
     if notify_urls:
         from tfctl.tui.cli.notice import bad_urls
@@ -306,6 +310,8 @@ def wait(ctx: click.Context, timeout: float | None, notify_urls: tuple[str, ...]
                                      "https://github.com/caronc/apprise#supported-notifications)",
                                      ctx=ctx, param_hint="'--notify'")
     with _controller(ctx) as controller, _one_line_errors(as_json):
+        if run_id:
+            controller.select_run(run_id)
         code, data = _wait_json(controller, timeout)
         if as_json:
             print_json(data)
@@ -449,19 +455,31 @@ def _print_status(st: RunStatus, patterns: Sequence[str] = ()) -> None:
 @click.command()
 @click.option("--grace", type=float, default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--run", "run_id", metavar="ID", help="Another run than the current one "
+              "(`tfctl runs` lists them), or a sweep (`tfctl run --each`): its running points "
+              "stopped, its waiting ones cancelled.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def down(ctx: click.Context, grace: float, as_json: bool) -> None:
-    """Stop exactly the current run's processes on every host (TERM, grace, KILL, verify).
+def down(ctx: click.Context, grace: float, run_id: str | None, as_json: bool) -> None:
+    """Stop exactly the current run's (or `--run ID`'s) processes on every host (TERM, grace,
+    KILL, verify).
 
     \b
     Example:
       tfctl down
       tfctl down --grace 2
       tfctl down --json | jq -e .clean
+      tfctl down --run s-20261125-181500-ab12    # a sweep: every point
     """
+    if run_id and run_id.startswith("s-"):
+        from tfctl.tui.cli.sweep import stop_sweep
+
+        stop_sweep(ctx, run_id, grace, as_json)
+        return
     with _controller(ctx) as controller, _one_line_errors(as_json), \
             live_steps("tfctl down", [], (), enabled=not as_json) as rows:
+        if run_id:
+            controller.select_run(run_id)
         summary = controller.down(grace_s=grace, on_event=None if rows is None else rows.event)
     if as_json:
         print_json(_down_json(summary))

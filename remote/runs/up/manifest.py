@@ -22,12 +22,17 @@ def task_manifest(task: Task, plan: Plan) -> dict[str, Any]:
 
 def host_manifest(plan: Plan, host: str, run_id: str, start_timeout_s: float
                   ) -> dict[str, Any]:
-    """What a host's run directory records of the run (`manifest.json`): its tasks and rules."""
-    return {"run_id": run_id, "inventory": plan.inventory.name, "host": host,
-            "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
-            "throughput_patterns": list(plan.inventory.job.throughput),
-            "end": end_rule(plan, start_timeout_s), "notify": notify_ask(plan, host),
-            "tasks": [task_manifest(x, plan) for x in plan.on_host(host)]}
+    """What a host's run directory records of the run (`manifest.json`): its tasks and rules;
+    a one-off command's run (`tfctl run`) also its `oneoff` record, which lets it start beside
+    the workdir's other live runs (agent runops.py `op_prepare`) and which `tfctl runs` shows."""
+    manifest = {"run_id": run_id, "inventory": plan.inventory.name, "host": host,
+                "style": plan.inventory.job.style, "outputs": list(plan.inventory.job.outputs),
+                "throughput_patterns": list(plan.inventory.job.throughput),
+                "end": end_rule(plan, start_timeout_s), "notify": notify_ask(plan, host),
+                "tasks": [task_manifest(x, plan) for x in plan.on_host(host)]}
+    if plan.oneoff is not None:
+        manifest["oneoff"] = dict(plan.oneoff)
+    return manifest
 
 
 def notify_ask(plan: Plan, host: str) -> dict[str, str | None] | None:

@@ -73,7 +73,8 @@ def start_tasks(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
             manifest = host_manifest(plan, host, run_id, timeout_s) if first else None
             return _go_host(t, run_id, by_host[host], manifest, setup_logs.get(host),
                             timeout_s, final, cancel,
-                            chosen_ports(plan, host) if first else [], token if final else None)
+                            chosen_ports(plan, host) if first else [], token if final else None,
+                            ended_ok=plan.oneoff is not None)
 
         result = interruptible(lambda: fleet.map(go, hosts), cancel)
         raise_first(result)
@@ -89,12 +90,13 @@ def start_tasks(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
 def _go_host(t: Any, run_id: str, names: list[str], manifest: Mapping[str, Any] | None,
              setup_log: str | None, timeout_s: float, final: bool,
              cancel: threading.Event, verify: list[int],
-             token: str | None) -> StatusAnswer | None:
+             token: str | None, ended_ok: bool = False) -> StatusAnswer | None:
     """One host's phase: prepare (with `manifest`), start `names`, and wait in rounds of at most
     WAIT_ROUND_S until each listens or ended, or the time is up; stops early (as a failure) once
     `cancel` is set. Its status when `final` and every task is up (else None). `verify`: the
     ports its check chose, refused if taken since (then nothing starts there); `token`: the
-    leases the host drops once its tasks are up."""
+    leases the host drops once its tasks are up. `ended_ok`: a task that ended, however, has
+    run (a one-off command's: its exit status is the run's, `judge_start`)."""
     host = t.host
     deadline = time.monotonic() + timeout_s
     launch, pending, done = list(names), list(names), {}
@@ -118,7 +120,7 @@ def _go_host(t: Any, run_id: str, names: list[str], manifest: Mapping[str, Any] 
         done.update({n: s for n, s in answer.waited.items() if last or s.state != "timeout"})
         pending = [n for n in pending if n not in done]
         if not pending:
-            judge_start(host.name, done)
+            judge_start(host.name, done, ended_ok)
             return answer.status
 
 
@@ -148,11 +150,13 @@ def interruptible(run: Callable[[], T], cancel: threading.Event) -> T:
     return value
 
 
-def judge_start(host: str, waited: Mapping[str, agentops.StartState]) -> None:
-    """Raise `LaunchFailed` for the first task that did not start, with how it ended."""
+def judge_start(host: str, waited: Mapping[str, agentops.StartState],
+                ended_ok: bool = False) -> None:
+    """Raise `LaunchFailed` for the first task that did not start, with how it ended; with
+    `ended_ok` (a one-off command), a task that ended has run, whatever its exit status."""
     for name, state in waited.items():
-        if state.started:  # listening, or a fast task that already finished its work
-            continue
+        if state.started or (ended_ok and state.state in ("exited", "killed")):
+            continue  # listening, or a fast task that already finished its work
         how = how_it_ended(state)
         if state.port_holder and not state.port_holder.get("free"):
             how += f" (port {state.port} {describe_holder(state.port_holder)})"
