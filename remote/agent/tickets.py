@@ -36,7 +36,6 @@ from tfctl.remote.agent.vocab import (
     TicketDropAnswer,
     TicketPutAnswer,
     TicketRequest,
-    replace,
 )
 from tfctl.remote.agent.wire import AgentError
 
@@ -170,5 +169,6 @@ def op_gpu_state(req: GpuStateRequest) -> GpuState:
     if req.tickets:
         stale_s = float(req.stale_s or TICKET_STALE_S)
         queue, warnings = read_tickets(time.time(), stale_s)
-        state = replace(state, tickets=tuple(queue), ticket_warnings=tuple(warnings))
+        state = GpuState.from_wire(dict(state.to_wire(), tickets=queue,
+                                        ticket_warnings=warnings))
     return state
