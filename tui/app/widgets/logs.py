@@ -45,17 +45,23 @@ class LogPane(Vertical):
             self.text = text
             super().__init__()
 
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        # Held, not queried: lines drawn by the app's timer never race the removal at exit.
+        self._log = TailLog(max_lines=MAX_SHOWN_LINES, auto_scroll=True, id="log")
+        self._filter = Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
+
     def compose(self) -> ComposeResult:
-        yield TailLog(max_lines=MAX_SHOWN_LINES, auto_scroll=True, id="log")
-        yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
+        yield self._log
+        yield self._filter
 
     @property
     def log_widget(self) -> TailLog:
-        return self.query_one("#log", TailLog)
+        return self._log
 
     @property
     def filter_input(self) -> Input:
-        return self.query_one("#log-filter", Input)
+        return self._filter
 
     def replace(self, lines: Sequence[str]) -> None:
         log = self.log_widget
