@@ -166,6 +166,8 @@ _EXAMPLES = {
     "strategy": "write one of `strategy: flags`, `parameter_server`, `multi_worker_mirrored`, "
                 "`mirrored` or `custom` (README: Which strategy?)",
     "workers": "write `workers: per_gpu` or `workers: per_host`",
+    "framework": "write `framework: tensorflow`, `torch` or `jax` (README: Jobs that are not "
+                 "a TensorFlow cluster)",
     "chief": "write `chief: true` (first host), `chief: false`, or a host name",
     "sync": "write `sync: false` or a mapping like `sync: {source: ., exclude: [.git]}`",
     "transport": "write `transport: ssh` or `transport: local`",
@@ -220,13 +222,16 @@ class _Resolver:
             raise self.error(("hosts",), "no hosts", "list at least one host under `hosts:`")
         hosts = tuple(self._host(i, h) for i, h in enumerate(host_specs))
         self._check_unique_names(host_specs)
-        job = self._job({h.name for h in hosts}, hosts)
+        written = self.spec.job is not None
+        job = self._job({h.name for h in hosts}, hosts) if written else model.Job(script="")
         inv = model.Inventory(name=self.spec.name, hosts=hosts, job=job, path=self.filename,
-                              hostfile=self._hostfile_path(), **self._engines())
+                              hostfile=self._hostfile_path(), job_written=written,
+                              **self._engines())
         from tfctl.inventory.checks import check_ports
 
-        check_ports(inv, self.error)
-        self._check_rules(inv)
+        if written:
+            check_ports(inv, self.error)
+            self._check_rules(inv)
         return inv
 
     def _engines(self) -> dict[str, Any]:
@@ -271,7 +276,11 @@ class _Resolver:
             value = getattr(h, key)
             return value if value is not None else getattr(d, key)
 
-        strategy.check_host(i, h, self.spec.job.strategy, self.error)
+        strategy_name = self.spec.job.strategy if self.spec.job is not None else None
+        strategy.check_host(i, h, strategy_name, self.error)
+        ranks = self._ranks()
+        ps = strategy.host_ps(i, h, strategy_name, self.error) if ranks is None else \
+            ranks.host_ps(i, h, self._framework_title(), self.error)
         env = dict(d.env or {})
         env.update(h.env or {})
         workdir = pick("workdir") or BUILTIN_DEFAULTS["workdir"].format(name=self.spec.name)
@@ -281,7 +290,7 @@ class _Resolver:
             identity_file=pick("identity_file"),
             known_hosts=pick("known_hosts") or BUILTIN_DEFAULTS["known_hosts"],
             jump=pick("jump"), workdir=workdir, python=pick("python") or "python3", env=env,
-            gpus=gpus, ps=strategy.host_ps(i, h, self.spec.job.strategy, self.error),
+            gpus=gpus, ps=ps,
             args=tuple(h.args), cpu_workers=h.cpu_workers, transport=transport,
             shared_fs=h.shared_fs, cluster_address=h.cluster_address, free_gpus=free,
             line=self.lines.get(("hosts", i), 0),
@@ -318,10 +327,34 @@ class _Resolver:
                                  "give every host a unique name (the address may repeat)")
             seen[h.name] = i
 
+    def _ranks(self) -> Any:
+        """`frameworks/rankkeys.py` for a job of ranks (torch, jax); None for TensorFlow's."""
+        job = self.spec.job
+        if job is None or job.framework == "tensorflow":
+            return None
+        from tfctl.inventory.frameworks import rankkeys
+
+        return rankkeys
+
+    def _framework_title(self) -> str:
+        from tfctl.inventory.frameworks import FRAMEWORKS
+
+        return FRAMEWORKS[self.spec.job.framework if self.spec.job else "tensorflow"].title
+
     def _job(self, names: set[str], hosts: tuple[model.Host, ...]) -> model.Job:
         j = self.spec.job
-        style = strategy.resolve_style(j, self.error)
-        strategy.check_chief(j, self.error)
+        assert j is not None
+        ranks = self._ranks()
+        if ranks is not None:
+            ranks.check_job(j, self._framework_title(), self.error)
+            style: model.Style = "env"
+            workers = ranks.resolve_workers(j, "per_host" if j.framework == "jax" else "per_gpu")
+            ports = ranks.resolve_ports(j)
+        else:
+            style = strategy.resolve_style(j, self.error)
+            strategy.check_chief(j, self.error)
+            workers = strategy.resolve_workers(j, self.error)
+            ports = strategy.resolve_ports(j, self.error)
         chief = self._chief(j, style, names, hosts)
         evaluator = tensorboard = None
         if j.evaluator is not None:
@@ -338,12 +371,11 @@ class _Resolver:
         restart = model.RestartPolicy(
             policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff,
             together=(r.together if r.together is not None
-                      else j.strategy == "multi_worker_mirrored"))
+                      else j.strategy == "multi_worker_mirrored" or ranks is not None))
         return model.Job(
-            script=j.script, args=tuple(j.args), style=style,
-            workers=strategy.resolve_workers(j, self.error), strategy=j.strategy, chief=chief,
-            evaluator=evaluator, tensorboard=tensorboard,
-            ports=strategy.resolve_ports(j, self.error), sync=sync,
+            script=j.script, args=tuple(j.args), framework=j.framework, style=style,
+            workers=workers, strategy=j.strategy, chief=chief,
+            evaluator=evaluator, tensorboard=tensorboard, ports=ports, sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,
             task_args=_task_args(j), task_env=_task_env(j),
             outputs=self._outputs(j), keras=j.keras, throughput=self._patterns(j),

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Style = Literal["tf_config", "flags", "none"]
-"""How a task learns the cluster: TF_CONFIG, the classic flags, or not at all (`mirrored`)."""
+Style = Literal["tf_config", "flags", "none", "env"]
+"""How a task learns the cluster: TF_CONFIG, the classic flags, not at all (`mirrored`), or
+`env`: it is a rank of one process group, handed its framework's variables (torch, jax:
+inventory/frameworks/ranks.py), whose end is rank 0's or any rank's failure."""
 Strategy = Literal["flags", "parameter_server", "multi_worker_mirrored", "mirrored", "custom"]
 """What the training script does with the cluster; decides the style and which rules apply."""
 STRATEGY_STYLE: Mapping[str, Style] = {
@@ -90,6 +92,8 @@ class FreeGpus:
 
 @dataclass(frozen=True)
 class Evaluator:
+    """`job.evaluator`: a script beside the training that reads its checkpoints."""
+
     host: str
     script: str
     args: tuple[str, ...] = ()
@@ -97,6 +101,8 @@ class Evaluator:
 
 @dataclass(frozen=True)
 class TensorBoard:
+    """`job.tensorboard`: TensorBoard on one host, on 127.0.0.1 (reached through a tunnel)."""
+
     host: str
     logdir: str = "out"
     port: int = 6006
@@ -122,6 +128,8 @@ class Ports:
 
 @dataclass(frozen=True)
 class Sync:
+    """`job.sync`: what is copied to every host's workdir before a start."""
+
     enabled: bool = True
     source: str = "."
     """Relative to the inventory file's folder."""
@@ -154,6 +162,8 @@ class Notify:
 
 @dataclass(frozen=True)
 class Job:
+    """`job:`: what runs on the hosts, and how."""
+
     script: str
     args: tuple[str, ...] = ()
     framework: str = "tensorflow"
@@ -234,6 +244,8 @@ class Kubernetes:
 
 @dataclass(frozen=True)
 class Inventory:
+    """The whole file resolved: its hosts, its job, and where it came from."""
+
     name: str
     hosts: tuple[Host, ...]
     job: Job
@@ -245,6 +257,9 @@ class Inventory:
     """`slurm:`, or None when the file has none (`export slurm` then takes the defaults)."""
     kubernetes: Kubernetes | None = None
     """`kubernetes:`, or None when the file has none."""
+    job_written: bool = True
+    """False for a file without `job:`: its hosts serve one-off commands (`tfctl run`), and
+    there is no job to plan (`plan.make_plan` says so); `job` then holds the defaults."""
 
     def host(self, name: str) -> Host:
         for host in self.hosts:

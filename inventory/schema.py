@@ -224,6 +224,9 @@ class JobSpec(_Strict):
 
     script: str = Field(min_length=1)
     args: list[Arg] = []
+    # How the processes find each other: TensorFlow's cluster (ps, workers, chief), or one
+    # process group with torchrun's variables (torch) or JAX's and Keras 3's (jax).
+    framework: Literal["tensorflow", "torch", "jax"] = "tensorflow"
     strategy: Strategy | None = None
     style: Literal["tf_config", "flags"] | None = None
     workers: Literal["per_gpu", "per_host"] | None = None
@@ -363,6 +366,7 @@ class FileSpec(_Strict):
     defaults: DefaultsSpec = DefaultsSpec()
     hosts: list[HostSpec] = []
     hostfile: str | None = None
-    job: JobSpec
+    # No `job:`: the hosts serve one-off commands (`tfctl run -- CMD`) and nothing else.
+    job: JobSpec | None = None
     slurm: SlurmSpec | None = None
     kubernetes: KubernetesSpec | None = None

@@ -12,8 +12,11 @@ asks, so that nothing outside this package knows a framework's environment or fl
   `judge_install`, `judge_host`; remote/runs/check.py), and the hints for its known failures in
   a task's log (`hints`; remote/runs/failure.py).
 
-TensorFlow (`tensorflow/`) is the only entry today, and every job's (`Job.framework`). The files
-a new framework touches:
+The entries: TensorFlow (`tensorflow/`, every job's unless it says otherwise), PyTorch
+(`pytorch.py`, `job.framework: torch`: torchrun's environment) and JAX (`jaxdist.py`,
+`job.framework: jax`: JAX's coordinator and Keras 3's distribution variables); the last two
+share `ranks.py` (one process group whose rank 0 coordinates, and how it ends). The files a new
+framework touches:
 
 1. `inventory/frameworks/<name>.py`: the entry, the `Framework` Protocol's members;
 2. this file: one line in `FRAMEWORKS`;
@@ -35,10 +38,12 @@ The plan builder, `with_ports`, the rules' front, check and the failure hints ne
 from __future__ import annotations
 
 from tfctl.inventory.frameworks.interface import Framework, Hint
+from tfctl.inventory.frameworks.jaxdist import JAX
+from tfctl.inventory.frameworks.pytorch import PYTORCH
 from tfctl.inventory.frameworks.tensorflow import TENSORFLOW
 from tfctl.inventory.model import Job
 
-FRAMEWORKS: dict[str, Framework] = {TENSORFLOW.name: TENSORFLOW}
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TENSORFLOW, PYTORCH, JAX)}
 """Every framework a job can name, by `Framework.name`."""
 
 

@@ -12,12 +12,12 @@ The records are pure data, so a plan narrowed to a few tasks still knows the who
 inventory.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: a NamedTuple's field written as a string costs
+# a `compile` at start-up (typing.ForwardRef), and every `tfctl plan` builds every class here.
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from tfctl.inventory.model import Host, Inventory, Job, WorkerLayout
 from tfctl.inventory.tasks import Place, TaskType
@@ -29,38 +29,38 @@ if TYPE_CHECKING:  # (yamlmarks would import PyYAML, which a cached inventory's 
 Level = Literal["ok", "info", "warn", "fail"]
 """How bad a finding of `tfctl check` is."""
 
+# The records here are NamedTuples, not dataclasses: a frozen dataclass costs some six `exec`s
+# of generated methods at start-up.
+_NOTHING: Mapping[str, str] = MappingProxyType({})
 
-@dataclass(frozen=True)
-class Cluster:
+
+class Cluster(NamedTuple):
     """Every place of the job, and the cluster as the framework writes it (`Plan.cluster`)."""
 
     places: tuple[Place, ...]
-    spec: Mapping[str, list[str]] = field(default_factory=dict)
+    spec: Mapping[str, list[str]]
 
 
-@dataclass(frozen=True)
-class Handed:
+class Handed(NamedTuple):
     """What a framework gives one task so that it finds its place in the cluster."""
 
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = _NOTHING
     """Set over everything else the task's env holds (the inventory's env included)."""
-    env_defaults: Mapping[str, str] = field(default_factory=dict)
+    env_defaults: Mapping[str, str] = _NOTHING
     """Set only where neither tfctl nor the inventory set the variable."""
     args: tuple[str, ...] = ()
     """Appended to the task's command line, after every argument the inventory gives."""
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """A refused plan: where to point (the first of `keys` written in the file), what, the fix."""
 
-    keys: tuple[PathKey, ...]
+    keys: "tuple[PathKey, ...]"
     message: str
     hint: str
 
 
-@dataclass(frozen=True)
-class Hint:
+class Hint(NamedTuple):
     """A known failure: what in a task's log shows it, and what to do."""
 
     pattern: re.Pattern[str]
@@ -83,9 +83,15 @@ class Framework(Protocol):
     """The worker layouts it runs (`job.workers`): one process per GPU, per host, or both."""
     asks_host: tuple[str, ...]
     """What `tfctl check` asks each host about it, by the agent probe's name ("tensorflow":
-    remote/agent/tfprobe.py, its version and the GPUs it sees)."""
-    hints: tuple[Hint, ...]
-    """Its known failures in a task's log, the first match wins (remote/runs/failure.py)."""
+    remote/agent/tfprobe.py, its version and the GPUs it sees; "torch", "jax":
+    remote/agent/fwprobe.py)."""
+    shown_env: tuple[str, ...]
+    """The variables it hands that `tfctl plan`'s table shows per task (TensorFlow: none, its
+    cluster is the `*_hosts` lines above the table)."""
+
+    @property
+    def hints(self) -> tuple[Hint, ...]:
+        """Its known failures in a task's log, the first match wins (remote/runs/failure.py)."""
 
     def base_env(self, job: Job) -> dict[str, str]:
         """What every task of the job starts from, before the inventory's env; the plan adds
@@ -102,10 +108,10 @@ class Framework(Protocol):
         """What `place` is given to find its place in `cluster`; a function of the places'
         types, indices, addresses, ports and masks only, so that new ports hand new values."""
 
-    def refusals(self, plan: Plan) -> list[Finding]:
+    def refusals(self, plan: "Plan") -> list[Finding]:
         """What the framework would fail on at run time, in the order a reader fixes them."""
 
-    def warnings(self, plan: Plan) -> tuple[str, ...]:
+    def warnings(self, plan: "Plan") -> tuple[str, ...]:
         """What runs but fails later or wastes the lab."""
 
     def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:

@@ -189,20 +189,29 @@ def plan_table(plan: Plan) -> None:
 
     out = console()
     inv = plan.inventory
-    roles = framework_of(inv.job).roles
-    out.print(f"[bold]{inv.name}[/] · style {inv.job.style} · {len(inv.hosts)} hosts · "
+    framework = framework_of(inv.job)
+    roles = framework.roles
+    how = f"style {inv.job.style}" if inv.job.framework == "tensorflow" else framework.title
+    out.print(f"[bold]{inv.name}[/] · {how} · {len(inv.hosts)} hosts · "
               f"{len(plan.tasks)} tasks")
-    for kind in roles:
+    for kind in (*roles, *(k for k in plan.cluster if k not in roles)):
         if kind in plan.cluster:
-            out.print(f"  {kind}_hosts={','.join(plan.cluster[kind])}", soft_wrap=True)
+            name = f"{kind}_hosts" if kind in roles else kind
+            out.print(f"  {name}={','.join(plan.cluster[kind])}", soft_wrap=True)
+    shared, own = handed_columns(plan, framework.shown_env)
+    if shared:
+        out.print("  " + " ".join(f"{k}={v}" for k, v in shared.items()), soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False)
-    for col in ("task", "host", "address", "port", "mask", "command"):
+    for col in ("task", "host", "address", "port", "mask", *(["env"] if own else []),
+                "command"):
         table.add_column(col, overflow="fold")
     free = {h.name: h.free_gpus for h in inv.hosts if h.free_gpus is not None}
     for t in plan.tasks:
         mask = repr(t.cuda_visible_devices) if t.cuda_visible_devices == "" \
             else "free" if t.host in free else t.cuda_visible_devices
-        table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, Text(t.command))
+        env = [" ".join(f"{k}={t.env[k]}" for k in own if k in t.env)] if own else []
+        table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, *env,
+                      Text(t.command))
     out.print(table)
     chosen = [k for k in roles if any(t.type == k and t.port_chosen_at_up for t in plan.tasks)]
     if chosen:
@@ -215,6 +224,19 @@ def plan_table(plan: Plan) -> None:
                   "which they would be now", soft_wrap=True)
     for w in plan.warnings:
         out.print(f"[yellow]warning:[/] {w}")
+
+
+def handed_columns(plan: Plan, shown: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Of the variables the framework hands that the plan shows (`Framework.shown_env`): those
+    every task that has them holds alike (said once, above the table), and the names of those
+    that differ (a column)."""
+    values: dict[str, set[str]] = {}
+    for task in plan.tasks:
+        for key in shown:
+            if key in task.env:
+                values.setdefault(key, set()).add(task.env[key])
+    shared = {k: next(iter(v)) for k, v in values.items() if len(v) == 1}
+    return shared, [k for k in shown if k in values and k not in shared]
 
 
 def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:

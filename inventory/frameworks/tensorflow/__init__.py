@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfctl.inventory.frameworks.interface import Cluster, Finding, Handed, Hint, Level
 from tfctl.inventory.frameworks.tensorflow import cluster as tf_cluster
-from tfctl.inventory.frameworks.tensorflow import host, rules
+from tfctl.inventory.frameworks.tensorflow import rules
 from tfctl.inventory.model import Inventory, Job, WorkerLayout
 from tfctl.inventory.tasks import Place, TaskType
 
@@ -30,7 +30,13 @@ class TensorFlow:
     cluster_roles: tuple[TaskType, ...] = tf_cluster.CLUSTER_TYPES
     layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
     asks_host: tuple[str, ...] = ("tensorflow",)
-    hints: tuple[Hint, ...] = host.HINTS
+    shown_env: tuple[str, ...] = ()
+
+    @property
+    def hints(self) -> tuple[Hint, ...]:
+        from tfctl.inventory.frameworks.tensorflow.host import HINTS  # (its regexes: not for plan)
+
+        return HINTS
 
     def base_env(self, job: Job) -> dict[str, str]:
         return tf_cluster.base_env(job)
@@ -51,11 +57,15 @@ class TensorFlow:
         return rules.warnings(plan)
 
     def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
-        return host.judge_install(probe)
+        from tfctl.inventory.frameworks.tensorflow.host import judge_install
+
+        return judge_install(probe)
 
     def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
                    job: Job) -> list[tuple[Level, str]]:
-        return host.judge_tensorflow(probe.get("tensorflow"), wanted, job.keras)
+        from tfctl.inventory.frameworks.tensorflow.host import judge_tensorflow
+
+        return judge_tensorflow(probe.get("tensorflow"), wanted, job.keras)
 
 
 TENSORFLOW = TensorFlow()

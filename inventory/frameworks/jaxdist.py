@@ -1,0 +1,143 @@
+"""JAX (`job.framework: jax`): one process per host (or per GPU), each handed JAX's and Keras 3's
+multi-process environment, so `jax.distributed.initialize()` and `keras.distribution.initialize()`
+find their coordinator.
+
+What each process gets:
+- JAX_COORDINATOR_ADDRESS: process 0's `address:port`, the one variable
+  `jax.distributed.initialize()` reads itself (jax/_src/distributed.py); the process count and
+  id it takes as arguments (or from a cluster it detects: Slurm, Open MPI), so tfctl hands them
+  as JAX_NUM_PROCESSES and JAX_PROCESS_ID, and a plain JAX script passes them:
+  `jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+  process_id=int(os.environ["JAX_PROCESS_ID"]))`;
+- KERAS_DISTRIBUTION_JOB_ADDRESSES (every process's host at the coordinator's port, process 0
+  first: Keras takes the first as the coordinator and checks the count),
+  KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID, what
+  `keras.distribution.initialize()` reads when called with no arguments
+  (keras/src/distribution/distribution_lib.py), so a Keras 3 script runs unchanged;
+- unless the inventory sets them: KERAS_BACKEND=jax (Keras 3's default backend is TensorFlow)
+  and JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo (cross-process computations on CPU need it;
+  JAX's default since 0.5, an environment variable since jax-ml/jax#26174).
+
+`workers: per_host` (the default) runs one process per host on all its GPUs, JAX's usual way;
+`per_gpu` one process per GPU, each seeing only its own. The group ends, or restarts whole,
+as ranks.py says: JAX's runtime does not take a lost process back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tfctl.inventory.frameworks import ranks
+from tfctl.inventory.frameworks.interface import Cluster, Finding, Handed, Hint, Level, host_port
+from tfctl.inventory.model import Inventory, Job, WorkerLayout
+from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
+
+if TYPE_CHECKING:
+    from tfctl.inventory.tasks import Plan
+
+SHOWN = ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES", "JAX_COORDINATOR_ADDRESS")
+
+
+class Jax:
+    """JAX's coordinator and Keras 3's distribution variables for every process (`Framework`)."""
+
+    name: str = "jax"
+    title: str = "JAX"
+    roles: tuple[TaskType, ...] = ranks.ROLES
+    cluster_roles: tuple[TaskType, ...] = ("worker",)
+    layouts: tuple[WorkerLayout, ...] = ("per_host", "per_gpu")
+    asks_host: tuple[str, ...] = ("jax",)
+    shown_env: tuple[str, ...] = SHOWN
+
+    @property
+    def hints(self) -> tuple[Hint, ...]:
+        return _hints()
+
+    def base_env(self, job: Job) -> dict[str, str]:
+        return dict(COMMON_ENV)
+
+    def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
+        return ranks.place(inv, addresses, shared_mask=False)
+
+    def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
+        return ranks.spec(places)
+
+    def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
+        if place.type != "worker":
+            return Handed()
+        r = ranks.Rank(place, cluster.places)
+        port = r.coordinator.port
+        assert port is not None  # rank 0 always has one (ranks.place)
+        count, me = str(r.world_size), str(r.rank)
+        env = {"JAX_COORDINATOR_ADDRESS": host_port(r.coordinator.address, port),
+               "JAX_NUM_PROCESSES": count, "JAX_PROCESS_ID": me,
+               "KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(host_port(a, port)
+                                                            for a in r.addresses),
+               "KERAS_DISTRIBUTION_NUM_PROCESSES": count, "KERAS_DISTRIBUTION_PROCESS_ID": me}
+        return Handed(env=env, env_defaults={"KERAS_BACKEND": "jax",
+                                             "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"})
+
+    def refusals(self, plan: Plan) -> list[Finding]:
+        return []
+
+    def warnings(self, plan: Plan) -> tuple[str, ...]:
+        return ()
+
+    def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
+        versions = probe.get("framework_versions") or {}
+        if not versions.get("jax"):
+            return [("fail", f"JAX is not installed for {probe.get('executable')}: install it "
+                             "there (pip install jax, or jax[cuda12] for GPUs) or point "
+                             "`python:` at an interpreter that has it")]
+        if not versions.get("jaxlib"):
+            return [("fail", f"jax {versions['jax']} is there without jaxlib: pip install "
+                             "jaxlib (or jax[cuda12])")]
+        keras = f", Keras {versions['keras']}" if versions.get("keras") else ""
+        return [("ok", f"JAX {versions['jax']} (jaxlib {versions['jaxlib']}){keras}")]
+
+    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                   job: Job) -> list[tuple[Level, str]]:
+        said = (probe.get("frameworks") or {}).get("jax")
+        if said is None:
+            return []
+        if not said.get("importable"):
+            return [("fail", f"`import jax` fails there: {said.get('error')}")]
+        gpus = list(said.get("gpus") or [])
+        found: list[tuple[Level, str]] = [
+            ("ok", f"JAX {said.get('version')} sees {len(gpus)} GPU(s) (default backend "
+                   f"{said.get('backend')})")]
+        if wanted and len(gpus) < len(wanted):
+            found.append(("fail", f"JAX sees {len(gpus)} GPU(s) but the inventory selects "
+                                  f"{len(wanted)}: install jax[cuda12] there (the plain `jax` "
+                                  "wheel runs on the CPU only)"))
+        return found
+
+
+def _hints() -> tuple[Hint, ...]:
+    return (
+        Hint(re.compile(r"Multiprocess computations aren't implemented on the CPU backend|"
+                        r"[Mm]ultiprocess CPU computations"),
+             "JAX computes across processes on the CPU only with a collectives implementation: "
+             "set `JAX_CPU_COLLECTIVES_IMPLEMENTATION: gloo` in the env (tfctl hands it unless "
+             "the inventory sets another), or "
+             "`jax.config.update(\"jax_cpu_collectives_implementation\", \"gloo\")` before "
+             "`jax.distributed.initialize()`"),
+        Hint(re.compile(r"Number of processes must be defined|The process id of the current "
+                        r"process must be defined|coordinator_address should be defined"),
+             "jax.distributed.initialize() reads only JAX_COORDINATOR_ADDRESS itself: pass "
+             "`num_processes=int(os.environ[\"JAX_NUM_PROCESSES\"]), "
+             "process_id=int(os.environ[\"JAX_PROCESS_ID\"])`, or call "
+             "keras.distribution.initialize(), which reads the KERAS_DISTRIBUTION_* variables"),
+        Hint(re.compile(r"No module named '?jax"),
+             "JAX is not installed for the host's `python:` (`tfctl check` shows which)"),
+        Hint(re.compile(r"Barrier timed out|DEADLINE_EXCEEDED.*(?:coordination|barrier)|"
+                        r"Failed to connect to (?:the )?coordination service", re.IGNORECASE),
+             "a process could not reach process 0's coordinator: JAX_COORDINATOR_ADDRESS "
+             "(`tfctl plan`) must resolve on every host and its port be open between the hosts "
+             "(`tfctl check --firewall`); or one process never started (its log says why)"),
+    )
+
+
+JAX = Jax()

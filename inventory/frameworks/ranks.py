@@ -1,0 +1,73 @@
+"""A job of ranks: one process group whose rank 0 is the coordinator (PyTorch, JAX).
+
+What `pytorch.py` and `jaxdist.py` share. Such a job has no parameter servers and no chief:
+every process is a `worker`, numbered in host order (its index is its rank), and only rank 0
+opens a port the others connect to (torch's TCPStore at MASTER_PORT, JAX's coordinator
+service). That port is `job.ports.worker` where the file writes it, else chosen at `up` from
+`job.port_range` like every port the file leaves out (remote/runs/up/ports.py), so two runs
+share a host. The other ranks open no port tfctl knows of (the collectives' own connections are
+the framework's, on ports it picks).
+
+The group lives and dies whole: a collective cannot go on without one of its ranks, and
+neither torch's process group nor JAX's runtime takes a lost process back. So the job's end
+(remote/runs/endrule.py, mode `group`) is rank 0's end, or the failure of any rank: the host
+that sees a rank fail stops every rank of its own at once, the other hosts see the failure as
+rank 0's end (rank 0 fails in its next collective, or at the backend's timeout), and a client
+that looks (`wait`, `status`, the dashboard) stops every rank that is left. `restart:` restarts
+the ranks together (`restart.together` is their default): each waits until rank 0's port has
+closed once before it starts again.
+
+What the loader makes of such a job's keys is `rankkeys.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tfctl.inventory.frameworks.interface import host_port, numbered, worker_masks
+from tfctl.inventory.model import Inventory
+from tfctl.inventory.tasks import Place
+
+ROLES = ("worker", "evaluator")
+"""The ranks, then an evaluator beside them (a script that reads the checkpoints, handed
+nothing); TensorBoard comes after them, as for every framework."""
+
+
+def place(inv: Inventory, addresses: Mapping[str, str], shared_mask: bool) -> list[Place]:
+    """One rank per GPU (`per_gpu`; `cpu_workers` on a host without GPUs) or per host, in host
+    order; rank 0 alone has a port. `shared_mask`: every rank of a host sees all the host's
+    GPUs and takes its own by LOCAL_RANK (torchrun's way); else each sees only its own."""
+    places: list[Place] = []
+    for host in inv.hosts:
+        masks = worker_masks(host, inv.job.workers)
+        if shared_mask and host.gpus:
+            masks = [",".join(str(g) for g in host.gpus)] * len(masks)
+        for mask in masks:
+            port = inv.job.ports.worker if not places else None
+            places.append(Place("worker", 0, host.name, addresses[host.name], port, mask))
+    return numbered(places, inv.job.ports.chosen_at_up)
+
+
+def spec(places: Sequence[Place]) -> dict[str, list[str]]:
+    """Rank 0's `address:port`, what every rank connects to (`tfctl plan` shows it)."""
+    first = next((p for p in places if p.type == "worker"), None)
+    if first is None or first.port is None:
+        return {}
+    return {"coordinator": [host_port(first.address, first.port)]}
+
+
+class Rank:
+    """Where one place stands in the group: its rank, its host's, and the group's sizes."""
+
+    def __init__(self, place: Place, places: Sequence[Place]) -> None:
+        world = [p for p in places if p.type == "worker"]
+        hosts = list(dict.fromkeys(p.host for p in world))
+        local = [p for p in world if p.host == place.host]
+        self.coordinator = world[0]
+        self.rank = place.index
+        self.world_size = len(world)
+        self.local_rank = next(i for i, p in enumerate(local) if p.index == place.index)
+        self.local_world_size = len(local)
+        self.group_rank = hosts.index(place.host)
+        self.group_world_size = len(hosts)
+        self.addresses = [p.address for p in world]
