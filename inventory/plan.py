@@ -53,7 +53,14 @@ Reach = Callable[[Host], str]
 
 
 def make_plan(inv: Inventory, reach: Reach | None = None) -> Plan:
-    """The plan of `inv`; `reach` names the hosts in the cluster (module docstring)."""
+    """The plan of `inv`; `reach` names the hosts in the cluster (module docstring).
+    `InventoryError` for a file without `job:`, which serves one-off commands only."""
+    if not inv.job_written:
+        from tfctl.inventory.errors import InventoryError
+
+        raise InventoryError(inv.path, None, "job", "there is no `job:` section, so no job to "
+                             "plan or start", "add one (at least `job: {script: train.py}`), "
+                             "or run a command on the hosts with `tfctl run -- CMD`")
     framework = framework_of(inv.job)
     addresses = cluster_addresses(inv, reach)
     places = tuple(framework.place(inv, addresses)) + _evaluator(inv, addresses)

@@ -69,7 +69,6 @@ def test_address_defaults_to_name() -> None:
          "both listen on port 2223"),
         (GOOD + "  tensorboard: {host: titan, port: 2223}\n", 15, "job.tensorboard.port",
          "port 2223"),
-        (GOOD.replace("job:\n  script: train.py\n", ""), 1, "job", "required"),
         (GOOD + "  ports: {ps: 70000}\n", 15, "job.ports.ps", "65535"),
         (GOOD + "  style: mpi\n", 15, "job.style", "tf_config"),
         (GOOD + "  style: flags\n  chief: true\n", 16, "job.chief", "flags"),
