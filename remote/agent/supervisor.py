@@ -159,7 +159,10 @@ PEERS_DOWN_TIMEOUT_S = 120.0
 
 
 def _training_peers(env: dict[str, str]) -> list[tuple[str, int]]:
-    """The other training tasks (workers, chief) of the task's TF_CONFIG, as (host, port)."""
+    """The other training tasks (workers, chief) of the task's TF_CONFIG, as (host, port); for
+    a rank of a process group (torch, jax), rank 0's port, the one port its ranks have."""
+    if "TF_CONFIG" not in env:
+        return _rank0(env)
     try:
         config = json.loads(env.get("TF_CONFIG") or "{}")
     except ValueError:
@@ -172,6 +175,16 @@ def _training_peers(env: dict[str, str]) -> list[tuple[str, int]]:
                 host, _, port = str(address).rpartition(":")
                 peers.append((host.strip("[]"), int(port)))
     return peers
+
+
+def _rank0(env: dict[str, str]) -> list[tuple[str, int]]:
+    """Rank 0's (host, port) from torchrun's or JAX's variables; none for rank 0 itself."""
+    if env.get("MASTER_PORT", "").isdigit() and env.get("RANK", "0") != "0":
+        return [(env.get("MASTER_ADDR", ""), int(env["MASTER_PORT"]))]
+    host, _, port = env.get("JAX_COORDINATOR_ADDRESS", "").rpartition(":")
+    if port.isdigit() and env.get("JAX_PROCESS_ID", "0") != "0":
+        return [(host.strip("[]"), int(port))]
+    return []
 
 
 def _wait_for_peers_down(peers: list[tuple[str, int]], stopped: str) -> None:

@@ -23,9 +23,14 @@ records the silence in `silence.json` (which the status operation reports) and i
 `SILENCE_WINDOW_S`) ends this host's part, as the job's end would, with the silence as its cause:
 a host cut off for good does not keep its parameter servers forever.
 
+A job of ranks (torch, jax; the rule's mode `group`) ends with rank 0, seen as above, or with
+the failure of any rank of this host (its exit record): the ranks on other hosts carry no port
+tfctl watches, and learn of it through rank 0, whose collectives fail with it.
+
 When the job has ended the watcher stops this host's serving tasks (parameter servers, and the
 workers of a ParameterServer job, which only serve), gives the other workers and the evaluator
-`WORKER_GRACE_S` to finish on their own, stops TensorBoard after its grace unless it is kept,
+`WORKER_GRACE_S` to finish on their own (none where a group failed: its ranks are stopped at
+once), stops TensorBoard after its grace unless it is kept,
 records why in `finished.json` (unless the client already did), and exits once nothing of the
 run is left on the host. It also exits when every task of the host has ended otherwise
 (`tfctl down`). Where the manifest asks for word of the end (`job.notify`, on the chief's host
@@ -208,6 +213,7 @@ class EndJudge:
     def __init__(self, rule: dict[str, Any], host: str | None, started_s: float) -> None:
         self.mode = rule.get("mode", "any")
         self.host = host
+        self.first = next((d.get("name") for d in rule.get("deciders", [])), None)
         self.deciders = [d for d in rule.get("deciders", [])
                          if d.get("host") == host or d.get("port")]
         self.start_timeout_s = float(rule.get("start_timeout_s", 180.0))
@@ -226,6 +232,13 @@ class EndJudge:
         looks = self._look(probe)
         how = {d["name"]: self._ended(d, local_ended, now_s, looks.get(d["name"]))
                for d in self.deciders}
+        if self.mode == "group":  # rank 0's end, or any rank's failure (seen on its host)
+            failed = [name for name in how if name in local_ended and failed_end(
+                local_ended[name])]
+            if failed:
+                return "; ".join(f"{name} failed ({end_words(local_ended[name])}): the group "
+                                 "cannot go on without it" for name in failed)
+            how = {self.first: how.get(self.first)}
         ended = all(how.values()) if self.mode == "all" else any(how.values())
         if not ended:
             return None
@@ -329,17 +342,32 @@ def clear_silence(run_dir: str) -> None:
         os.unlink(os.path.join(run_dir, SILENCE_FILE))
 
 
+def failed_end(record: dict[str, Any]) -> bool:
+    """An exit record of a task that failed: a status other than 0, or a signal."""
+    return bool(record.get("signal")) or record.get("exit_code") not in (0, None)
+
+
+def end_words(record: dict[str, Any]) -> str:
+    """`exit 3`, `killed by SIGKILL`: how a task ended, from its exit record."""
+    return f"killed by {record['signal']}" if record.get("signal") else \
+        f"exit {record.get('exit_code')}"
+
+
 def decider_exit_code(run_dir: str, manifest: dict[str, Any]) -> int | None:
-    """The exit status of a task of this host whose end was the job's (128+n for a signal)."""
+    """The exit status of a task of this host whose end was the job's (128+n for a signal):
+    the first such task's; in a group (mode `group`), the first that failed, if any did."""
+    codes = []
     for decider in manifest["end"].get("deciders", []):
         if decider.get("host") != manifest.get("host"):
             continue
         record = read_json(task_file(run_dir, decider["name"], ".exit.json")) or {}
         if record.get("exit_code") is not None:
-            return int(record["exit_code"])
-        if record.get("signal"):
-            return 137 if record["signal"] == "SIGKILL" else 143
-    return None
+            codes.append(int(record["exit_code"]))
+        elif record.get("signal"):
+            codes.append(137 if record["signal"] == "SIGKILL" else 143)
+    if manifest["end"].get("mode") == "group":
+        return next((code for code in codes if code != 0), codes[0] if codes else None)
+    return codes[0] if codes else None
 
 
 def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
@@ -364,7 +392,8 @@ def apply_end(run_dir: str, run_id: str, manifest: dict[str, Any], cause: str,
     _stop_where(run_dir, run_id, [t["name"] for t in tasks if t["type"] in serving])
     workers = [t["name"] for t in tasks if t["type"] in ("worker", "chief", "evaluator")
                and t["type"] not in serving]
-    _wait_for(run_dir, workers, WORKER_GRACE_S)
+    if not (rule.get("mode") == "group" and exit_code not in (0, None)):
+        _wait_for(run_dir, workers, WORKER_GRACE_S)  # (a group that failed is stopped at once)
     _stop_where(run_dir, run_id, workers)
     board = [t["name"] for t in tasks if t["type"] == "tensorboard"]
     tensorboard = rule.get("tensorboard") or {}

@@ -8,13 +8,15 @@ node) starts every task with `srun --overlap --nodes=1 --ntasks=1 --nodelist=<no
   neither `srun --multi-prog` (Slurm's block distribution decides the placement) nor a
   heterogeneous job (one component per host, many extra `#SBATCH hetjob` lines) gives as simply;
 - the driver sees every task end with its own exit status, so it ends the job as tfctl does on
-  the lab (`remote/runs/endrule.py`): the chief's end, worker 0's under flags, else every
+  the lab (`remote/runs/endrule.py`): the chief's end, worker 0's under flags, rank 0's or any
+  rank's failure in a process group (torch, jax: then every rank is stopped), else every
   worker's; parameter servers are stopped then, the others get a grace;
 - `--overlap` lets the steps on one node share its CPUs, memory and GPUs, as processes on a lab
   host do; each task's CUDA_VISIBLE_DEVICES is set by the launcher (see `slurm_sh.tfctl_gpus`).
 
-Each task's TF_CONFIG (tf_config style) or `--ps_hosts/--worker_hosts/--job_name/--task_index`
-(flags style) is computed when the task starts, from the nodes Slurm gave the job, exactly as
+Each task's TF_CONFIG (tf_config style), `--ps_hosts/--worker_hosts/--job_name/--task_index`
+(flags style) or rank 0's address (torch's MASTER_ADDR, JAX's coordinator: style env) is
+computed when the task starts, from the nodes Slurm gave the job, exactly as
 `inventory/plan.py` builds them from the hosts: so the script is the plan with host names
 replaced by node names. A task's GPUs are written as positions among its host's selected GPUs
 (`gpus: [0, 2]`: masks 0 and 2 become positions 0 and 1), since a Slurm node's GPUs are those
@@ -34,6 +36,13 @@ from tfctl.inventory.plan import Plan, Task
 from tfctl.remote.agent.watch import WORKER_GRACE_S
 from tfctl.remote.exporters.slurm_sh import MACHINERY
 from tfctl.remote.runs.endrule import deciders, serving_types
+
+GROUP_ADDRESS_ENV = {
+    "torch": ("MASTER_ADDR", "MASTER_PORT"),
+    "jax": ("JAX_COORDINATOR_ADDRESS", "KERAS_DISTRIBUTION_JOB_ADDRESSES"),
+}
+"""A job of ranks' variables that name hosts: each task computes them from the nodes
+(`tfctl_group_env` in slurm_sh.py), as the others come from the plan as they are."""
 
 
 def sbatch_script(plan: Plan, filename: str = "job.sbatch") -> str:
@@ -95,6 +104,8 @@ def _nodes(inv: Inventory, settings: Slurm, hosts: tuple[str, ...]) -> int:
 
 def _end_words(plan: Plan) -> str:
     tasks, mode = deciders(plan)
+    if mode == "group":
+        return f"when rank 0 ({tasks[0].name}) ends or any rank fails (then every rank stops)"
     if mode == "any":
         return f"when {tasks[0].name} ends" if len(tasks) == 1 else \
             f"when one of {', '.join(t.name for t in tasks)} ends"
@@ -108,14 +119,18 @@ def _header(plan: Plan, filename: str, nodes: int, hosts: tuple[str, ...],
     where = ", ".join(f"{h} -> node {i + 1}" for i, h in enumerate(hosts))
     idle = f" ({nodes - len(hosts)} more node(s) stay idle)" if nodes > len(hosts) else ""
     strategy = job.strategy or f"(none: style {job.style})"
+    what, handed = f"Strategy {strategy}", "its TF_CONFIG (or flags)"
+    if job.style == "env":
+        what = f"One {job.framework} process group"
+        handed = "rank 0's address (" + ", ".join(GROUP_ADDRESS_ENV[job.framework]) + ")"
     submit = [f"#   sbatch {filename}"] if _absolute(workdir) else [
         f"#   cd {workdir} && sbatch {filename}",
         "#   (from the workdir: sbatch writes its own log, %x-%j.out, where you submit)"]
     about = (
-        f"Strategy {strategy}, {len(plan.tasks)} tasks; hosts become the allocation's nodes "
+        f"{what}, {len(plan.tasks)} tasks; hosts become the allocation's nodes "
         f"in order: {where}{idle}. Every task is its own job step (srun --overlap on its "
         "node), so this script sees each task end and ends the job as tfctl does: "
-        f"{_end_words(plan)}. Each task computes its TF_CONFIG (or flags) when it starts, from "
+        f"{_end_words(plan)}. Each task computes {handed} when it starts, from "
         "the nodes Slurm gave the job, and its GPUs are positions among the node's: what "
         "`tfctl plan` shows, on these nodes. sbatch passes your shell's environment on: "
         "submit from one without CUDA_VISIBLE_DEVICES (a task reads it as the GPUs Slurm "
@@ -172,7 +187,8 @@ def _settings(plan: Plan, workdir: str, gpus: int, nodes_needed: int) -> list[st
     outputs = " ".join(shlex.quote(o) for o in job.outputs)
     return [
         f"WORKDIR={bash_path(workdir)}   # every task runs here: the same folder on every node",
-        f"STYLE={job.style}   # how a task learns the cluster: tf_config | flags | none",
+        f"STYLE={job.style}   # how a task learns the cluster: tf_config | flags | none | env",
+        f"FRAMEWORK={job.framework}   # env: whose variables name rank 0 (torch | jax)",
         f"OUTPUTS=({outputs})   # folders the job writes (in WORKDIR), made before the start",
         f"GPUS_PER_NODE={gpus}   # the --gres count: GPU positions run from 0 to this less 1",
         f"NODES_NEEDED={nodes_needed}",
@@ -189,14 +205,15 @@ def _table(plan: Plan, positions: dict[str, tuple[int, ...]]) -> list[str]:
     index = {t.name: n for n, t in enumerate(plan.tasks)}
     end, mode = deciders(plan)
     serving = serving_types(plan)
-    envs = [[f"{k}={v}" for k, v in t.env.items() if k not in ("CUDA_VISIBLE_DEVICES",
-                                                                   "TF_CONFIG")]
-            for t in plan.tasks]
+    computed = ("CUDA_VISIBLE_DEVICES", "TF_CONFIG", *GROUP_ADDRESS_ENV.get(
+        inv.job.framework, ()))
+    envs = [[f"{k}={v}" for k, v in t.env.items() if k not in computed] for t in plan.tasks]
     common = [e for e in envs[0] if all(e in other for other in envs)]
     lines = [
         "# The tasks, in launch order. NODE: the task's host as a node (0: the allocation's",
         "# first); PORT: empty for none; GPUS: positions among the node's GPUs (empty: CPU",
-        "# only); ENV and ARGV as `tfctl plan --json` shows them, less the mask and TF_CONFIG.",
+        "# only); ENV and ARGV as `tfctl plan --json` shows them, less the mask and TF_CONFIG",
+        "# (and rank 0's address: computed from the nodes).",
         f"COMMON_ENV=({' '.join(shlex.quote(e) for e in common)})",
         "tfctl_task() {",
         "  case $1 in",
@@ -220,7 +237,8 @@ def _table(plan: Plan, positions: dict[str, tuple[int, ...]]) -> list[str]:
               f"NTASKS={len(plan.tasks)}",
               f"END_TASKS=({' '.join(str(index[t.name]) for t in end)})"
               f"   # {', '.join(t.name for t in end)}: their end is the job's end",
-              f"END_MODE={mode}   # any: one of them ended; all: every one of them",
+              f"END_MODE={mode}   # any: one of them ended; all: every one of them; group: "
+              "the first ended or one failed",
               "STOP_AT_END=(" + " ".join(str(n) for n, t in enumerate(plan.tasks)
                                          if t.type in serving) + ")   # only serve: stopped",
               "TENSORBOARD=(" + " ".join(str(n) for n, t in enumerate(plan.tasks)

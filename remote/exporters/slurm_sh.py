@@ -37,13 +37,14 @@ tfctl_nodes() {  # NODES: the allocation's nodes, in Slurm's order (as SlurmClus
   fi
 }
 
-tfctl_cluster() {  # CHIEF, WORKER, PS: node:port of every task with a port, by index
-  local n type index
-  CHIEF=() WORKER=() PS=()
+tfctl_cluster() {  # CHIEF, WORKER, PS: node:port of every task with a port, by index;
+  local n type index  # RANK_NODES: every worker's node, by index
+  CHIEF=() WORKER=() PS=() RANK_NODES=()
   for ((n = 0; n < NTASKS; n++)); do
     tfctl_task "$n"
-    [ -n "$PORT" ] || continue
     type=${NAME%%:*} index=${NAME##*:}
+    [ "$type" != worker ] || RANK_NODES[index]=${NODES[NODE]}
+    [ -n "$PORT" ] || continue
     case $type in
       chief) CHIEF[index]=${NODES[NODE]}:$PORT ;;
       worker) WORKER[index]=${NODES[NODE]}:$PORT ;;
@@ -64,6 +65,16 @@ tfctl_tf_config() {  # the TF_CONFIG of task type $1, index $2 (the evaluator is
   [ "${#WORKER[@]}" -eq 0 ] || c+="${c:+,}\"worker\":$(tfctl_json_list "${WORKER[@]}")"
   [ "${#PS[@]}" -eq 0 ] || c+="${c:+,}\"ps\":$(tfctl_json_list "${PS[@]}")"
   printf '{"cluster":{%s},"task":{"type":"%s","index":%s}}' "$c" "$1" "$2"
+}
+
+tfctl_group_env() {  # env+=: rank 0's address, as torch (FRAMEWORK=torch) or JAX names it
+  local coordinator=${WORKER[0]} all="" node
+  case $FRAMEWORK in
+    torch) env+=("MASTER_ADDR=${coordinator%:*}" "MASTER_PORT=${coordinator##*:}") ;;
+    jax)
+      for node in "${RANK_NODES[@]}"; do all+="${all:+,}$node:${coordinator##*:}"; done
+      env+=("JAX_COORDINATOR_ADDRESS=$coordinator" "KERAS_DISTRIBUTION_JOB_ADDRESSES=$all") ;;
+  esac
 }
 
 tfctl_gpus() {  # the mask for GPU positions $1 ("0,1"): the node's GPUs as this step sees them
@@ -105,6 +116,7 @@ tfctl_run_task() {  # run task $1 here, in its step: its env, TF_CONFIG or flags
       argv+=("--ps_hosts=$(IFS=,; printf '%s' "${PS[*]}")"
              "--worker_hosts=$(IFS=,; printf '%s' "${WORKER[*]}")"
              "--job_name=$type" "--task_index=$index") ;;
+    env:worker) tfctl_group_env ;;
   esac
   cd "$WORKDIR" || exit 2
   echo "tfctl: $NAME on ${NODES[NODE]} (CUDA_VISIBLE_DEVICES=$mask): ${argv[*]}" >&2
@@ -146,9 +158,14 @@ tfctl_left() {  # the tasks still running, less those named
   done
 }
 
-tfctl_job_ended() {  # END_MODE any: one of END_TASKS ended; all: every one of them
-  local n ended=0
+tfctl_job_ended() {  # END_MODE any: one of END_TASKS ended; all: every one of them;
+  local n ended=0   # group: the first of them ended, or one of them failed
   [ -n "$(tfctl_left)" ] || return 0
+  if [ "$END_MODE" = group ]; then
+    [ -z "${RC[END_TASKS[0]]:-}" ] || return 0
+    for n in "${END_TASKS[@]}"; do [ "${RC[n]:-0}" -eq 0 ] || return 0; done
+    return 1
+  fi
   for n in "${END_TASKS[@]}"; do [ -z "${RC[n]:-}" ] || ended=$((ended + 1)); done
   if [ "$END_MODE" = any ]; then [ "$ended" -gt 0 ]; else [ "$ended" -eq "${#END_TASKS[@]}" ]; fi
 }
@@ -202,6 +219,9 @@ tfctl_main() {
   done
   echo "tfctl: the job has ended (exit $rc)"
   tfctl_stop "${STOP_AT_END[@]}"  # what only serves (parameter servers) ends with the job
+  if [ "$END_MODE" = group ] && [ "$rc" -ne 0 ]; then  # a group cannot go on without a rank
+    tfctl_stop "${END_TASKS[@]}"
+  fi
   # The others (workers, the evaluator) may finish on their own; then TensorBoard's grace.
   tfctl_wait_for "$WORKER_GRACE_S" $(tfctl_left "${TENSORBOARD[@]}") ||
     tfctl_stop $(tfctl_left "${TENSORBOARD[@]}")

@@ -62,6 +62,7 @@ def tfjob_manifest(plan: Plan) -> dict[str, Any]:
     """The TFJob for `plan`. Raises InventoryError without `kubernetes.image`."""
     inv = plan.inventory
     k8s = inv.kubernetes or Kubernetes()
+    _require_tensorflow(inv)
     _require_image(inv, k8s)
     specs: dict[str, Any] = {}
     for task_type, replica in REPLICA_TYPES.items():
@@ -113,6 +114,17 @@ def job_name(inv: Inventory) -> str:
 
 def _dns_guess(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:48] or "tfjob"
+
+
+def _require_tensorflow(inv: Inventory) -> None:
+    """A TFJob is TensorFlow's cluster: the operator hands TF_CONFIG, not torch's or JAX's."""
+    if inv.job.framework == "tensorflow":
+        return
+    other = {"torch": "a PyTorchJob", "jax": "a JAXJob"}.get(inv.job.framework, "another job")
+    raise InventoryError(inv.path, None, "job.framework",
+                         f"a TFJob runs TensorFlow's cluster, not a {inv.job.framework} job",
+                         f"Kubeflow's training operator runs it as {other}; `tfctl export "
+                         "slurm` writes this job for Slurm")
 
 
 def _require_image(inv: Inventory, k8s: Kubernetes) -> None:

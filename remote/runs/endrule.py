@@ -7,6 +7,10 @@ when a client looks. TensorFlow's own rules decide it (docs/strategy-rules.md):
 - a chief exists (ParameterServerStrategy's coordinator, or MultiWorkerMirrored's chief): its
   end is the job's end;
 - the flags style: worker 0 is the chief in practice (it initialises and saves);
+- a job of ranks (torch, jax: style `env`, inventory/frameworks/ranks.py), mode `group`: rank
+  0's end, or any rank's failure (no restart left), since the group cannot go on without one
+  of its ranks; a rank's failure is seen on its own host (its exit record), rank 0's end on
+  every host (its port), and a host that sees a rank fail stops its other ranks at once;
 - otherwise (MultiWorkerMirrored without a chief, mirrored, custom): every worker has ended.
 
 Only a refusal on a remote decider's port counts toward its end; silence (no answer) ends a
@@ -28,11 +32,14 @@ TENSORBOARD_GRACE_S = 300.0
 
 
 def deciders(plan: Plan) -> tuple[list[Task], str]:
-    """The tasks whose end is the job's end, and `any` (one of them) or `all`."""
+    """The tasks whose end is the job's end, and `any` (one of them), `all`, or `group` (the
+    first one's end, or any one's failure: the ranks of one process group, rank 0 first)."""
     chiefs = [t for t in plan.tasks if t.type == "chief"]
     if chiefs:
         return chiefs, "any"
     workers = [t for t in plan.tasks if t.type == "worker"]
+    if plan.inventory.job.style == "env":
+        return sorted(workers, key=lambda t: t.index), "group"
     if plan.inventory.job.style == "flags" and workers:
         return [next(t for t in workers if t.index == 0)], "any"
     return workers, "all"

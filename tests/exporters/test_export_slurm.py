@@ -18,12 +18,17 @@ from typing import Any
 import pytest
 
 from tests.support import leftovers
-from tests.support.export_cases import CASES, inventory, strategy_text
+from tests.support.export_cases import CASES, GROUP_CASES, inventory, strategy_text
 from tests.support.fakes.slurm_standin import expand_hostlist, install_slurm_standins
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.model import Inventory, Slurm
 from tfctl.inventory.plan import Plan, Task
-from tfctl.remote.exporters.slurm import gpu_positions, node_of, sbatch_script
+from tfctl.remote.exporters.slurm import (
+    GROUP_ADDRESS_ENV,
+    gpu_positions,
+    node_of,
+    sbatch_script,
+)
 from tfctl.remote.runs.endrule import serving_types
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +91,12 @@ def check_record(plan: Plan, task: Task, record: dict[str, Any], nodes: list[str
         assert env["TF_CONFIG"] == on_nodes(plan, task.env["TF_CONFIG"], nodes), task.name
     else:
         assert "TF_CONFIG" not in env, task.name
+    hosts = {plan.address_of(h): nodes[i] for h, i in node_of(plan).items()}
     for key, value in task.env.items():
+        if key in GROUP_ADDRESS_ENV.get(plan.inventory.job.framework, ()):
+            value = ",".join(hosts.get(a, a) + p for a, p in (
+                (part.rpartition(":")[0], ":" + part.rpartition(":")[2]) if ":" in part
+                else (part, "") for part in value.split(",")))
         if key not in ("TF_CONFIG", "CUDA_VISIBLE_DEVICES"):
             assert env[key] == value, (task.name, key)
     assert env["TFCTL_TASK"] == task.name
@@ -107,7 +117,7 @@ def slurm_env(tmp_path: Path, nodes: int, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, *GROUP_CASES])
 def test_the_script_runs_every_task_as_the_plan_says(case: str, tmp_path: Path) -> None:
     inv = in_tmp(inventory(case, tmp_path), tmp_path)
     plan = make_plan(inv)
@@ -194,6 +204,22 @@ def test_a_failing_decider_is_restarted_then_ends_the_job_with_its_status(
     assert "worker:1 ended (exit 3)" in run.stdout
     attempts = (tmp_path / "records" / "worker-1.attempts").read_text()
     assert attempts == "...", "run once, then restarted twice (restart.max: 2)"
+
+
+def test_a_failed_rank_ends_the_group_and_stops_every_other_rank(tmp_path: Path) -> None:
+    """torch: the ranks serve (train) until one fails: the job ends with its status, the other
+    ranks are stopped at once, not left to a grace."""
+    inv = in_tmp(inventory("torch-ddp", tmp_path), tmp_path)
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(make_plan(inv)))
+    env = slurm_env(tmp_path, 3, TFCTL_TEST_SERVE="worker", TFCTL_TEST_EXIT="worker:3=3")
+    started = time.monotonic()
+    run = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert time.monotonic() - started < 30, "stopped at once, not after the workers' grace"
+    said = run.stdout.split("the job has ended (exit 3)")[1]
+    assert all(f"stopping worker:{n}" in said for n in (0, 1, 2, 4, 5)), run.stdout
 
 
 def test_the_sbatch_lines_follow_the_slurm_block_and_its_mistakes_are_named(

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.support.export_cases import CASES, inventory
+from tests.support.export_cases import CASES, GROUP_CASES, inventory
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.model import Inventory, Kubernetes, RestartPolicy
 from tfctl.inventory.plan import Plan, Task
@@ -213,6 +213,19 @@ def test_the_kubernetes_block_and_its_mistakes(tmp_path: Path) -> None:
     assert manifest["spec"]["tfReplicaSpecs"]["PS"]["restartPolicy"] == "ExitCode"
     assert manifest["metadata"] == {"name": "lab2", "namespace": "default"}
     assert manifest["spec"]["runPolicy"]["backoffLimit"] == 5
+
+
+@pytest.mark.parametrize("case", GROUP_CASES)
+def test_a_torch_or_jax_job_is_refused_in_one_sentence(case: str, tmp_path: Path) -> None:
+    inv = with_image(inventory(case, tmp_path))
+    with pytest.raises(InventoryError) as err:
+        tfjob_manifest(make_plan(inv))
+    framework = inv.job.framework
+    assert err.value.key_path == "job.framework"
+    assert str(err.value).endswith(f"a TFJob runs TensorFlow's cluster, not a {framework} job "
+                                   "— Kubeflow's training operator runs it as a "
+                                   f"{'PyTorchJob' if framework == 'torch' else 'JAXJob'}; "
+                                   "`tfctl export slurm` writes this job for Slurm")
 
 
 def test_export_tfjob_says_what_does_not_carry_over(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""Inventories that `tfctl export` is checked on: every strategy, the bundled examples, and the
-jobs the lab tests write (the same dicts `tests/support/testbed/testbed.py` builds, on made-up
-addresses).
+"""Inventories that `tfctl export` is checked on: every strategy, the bundled examples, the jobs
+of ranks (torch, jax; `export slurm` only), and the jobs the lab tests write (the same dicts
+`tests/support/testbed/testbed.py` builds, on made-up addresses).
 
 Every host has its own address, so a cluster entry `address:port` names one host: the tests
 replace it by the node (Slurm) or the pod (TFJob) that stands for that host.
@@ -55,6 +55,13 @@ STRATEGY_CASES: dict[str, tuple[str, str]] = {
         "args: [--steps=10]\nchief: true"),
 }
 
+# Jobs of ranks (torch, jax): `export slurm` writes them, a TFJob refuses them.
+GROUP_CASES: dict[str, tuple[str, str]] = {
+    "torch-ddp": (ODD_GPUS + "\n  - {name: cpubox, address: 10.1.0.3, gpus: 0, cpu_workers: 2}",
+                  "framework: torch"),
+    "jax-per-gpu": (TITAN_GTX, "framework: jax\nworkers: per_gpu\nports: {worker: 1234}"),
+}
+
 # The jobs of the lab tests (test_lab_checkpoints, _mwms_restart, _report, _resume,
 # _strategies, _tf), with the hosts they choose: (job, hosts, ps).
 LAB_JOBS: dict[str, tuple[dict[str, Any], list[str], dict[str, int]]] = {
@@ -86,7 +93,7 @@ LAB_JOBS: dict[str, tuple[dict[str, Any], list[str], dict[str, int]]] = {
 
 
 def strategy_text(case: str) -> str:
-    hosts, job = STRATEGY_CASES[case]
+    hosts, job = {**STRATEGY_CASES, **GROUP_CASES}[case]
     job_lines = "\n".join("  " + line for line in job.splitlines())
     return (f"name: lab\ndefaults: {{python: python3, workdir: ~/tfctl/lab}}\n"
             f"hosts:\n{_hosts(hosts)}\njob:\n  script: train.py\n{job_lines}\n")
@@ -110,7 +117,8 @@ def inventory(case: str, tmp_path: Path) -> Inventory:
     """The case's inventory, read through the loader (as `tfctl export` reads it)."""
     if case.startswith("examples/"):
         return load_inventory(EXAMPLES.parent / case)
-    text = strategy_text(case) if case in STRATEGY_CASES else lab_text(case)
+    text = strategy_text(case) if case in STRATEGY_CASES or case in GROUP_CASES \
+        else lab_text(case)
     path = tmp_path / "cluster.yaml"
     path.write_text(text)
     return parse_inventory(text, str(path))
