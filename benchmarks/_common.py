@@ -85,13 +85,15 @@ class Timed:
 
 
 def timed(argv: Sequence[str], *, env: dict[str, str] | None = None,
-          cwd: str | Path | None = None, timeout_s: float = 300) -> Timed:
-    """Run `argv` to its end; RUSAGE_CHILDREN before/after gives its (and its children's) CPU."""
+          cwd: str | Path | None = None, timeout_s: float = 300, stdin: str | None = None
+          ) -> Timed:
+    """Run `argv` to its end (`stdin`, if given, is its input); RUSAGE_CHILDREN before/after
+    gives its (and its children's) CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy = machine_busy_s()
     started = time.monotonic()
     proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout_s)
+                          timeout=timeout_s, input=stdin)
     wall = time.monotonic() - started
     machine = machine_busy_s() - busy
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

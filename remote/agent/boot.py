@@ -9,31 +9,39 @@ boot. Its task is `lost` to that restart, which `status` dates from the boot tim
 
 The boot id is the random UUID the kernel makes at each boot (`/proc/sys/kernel/random/boot_id`,
 proc(5)); the boot time is `btime` in `/proc/stat`, seconds since the epoch (proc(5)). Both are
-read once per process: no process outlives the boot it started in.
+read once per process (`_READ`): no process outlives the boot it started in.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 STAT_PATH = "/proc/stat"
+_READ: dict[str, Any] = {}
+"""What this process read: "boot_id", "booted_at" (a dict, not functools.lru_cache, whose
+import an agent start would pay for)."""
 
 
-@functools.lru_cache(maxsize=1)  # Python 3.8: no functools.cache
 def boot_id() -> str | None:
     """This boot's id, or None where the kernel does not say (not Linux, /proc hidden)."""
-    try:
-        with open(BOOT_ID_PATH) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+    if "boot_id" not in _READ:
+        try:
+            with open(BOOT_ID_PATH) as f:
+                _READ["boot_id"] = f.read().strip() or None
+        except OSError:
+            _READ["boot_id"] = None
+    return _READ["boot_id"]
 
 
-@functools.lru_cache(maxsize=1)  # Python 3.8: no functools.cache
 def booted_at() -> float | None:
     """When this boot began (wall-clock seconds), or None where /proc/stat does not say."""
+    if "booted_at" not in _READ:
+        _READ["booted_at"] = _btime()
+    return _READ["booted_at"]
+
+
+def _btime() -> float | None:
     try:
         with open(STAT_PATH, "rb") as f:
             for line in f:

@@ -65,9 +65,10 @@ NVSMI_HOST_ERROR_MARKERS: tuple[str, ...] = (
     "fallen off the bus",
 )
 
-_NVSMI_HELP_FIELD_LINE = re.compile(r'^"([A-Za-z_][\w.]*)"(?:\s+or\s+"[A-Za-z_][\w.]*")*\s*$')
-_NVSMI_HELP_FIELD_NAME = re.compile(r'"([A-Za-z_][\w.]*)"')
-_NVSMI_REFUSED_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
+# Patterns as text, compiled (and cached) by `re` where used: the agent imports `re` on first use.
+_NVSMI_HELP_FIELD_LINE = r'^"([A-Za-z_][\w.]*)"(?:\s+or\s+"[A-Za-z_][\w.]*")*\s*$'
+_NVSMI_HELP_FIELD_NAME = r'"([A-Za-z_][\w.]*)"'
+_NVSMI_REFUSED_FIELD = r'Field "([^"]+)" is not a valid field to query'
 
 
 def nvsmi_spellings(attr: str,
@@ -84,8 +85,8 @@ def nvsmi_help_names(help_text: str) -> frozenset[str]:
     """Every property spelling a `--help-query-gpu` / `--help-query-compute-apps` text lists."""
     names = set()
     for line in help_text.splitlines():
-        if _NVSMI_HELP_FIELD_LINE.match(line.strip()):
-            names.update(_NVSMI_HELP_FIELD_NAME.findall(line))
+        if re.match(_NVSMI_HELP_FIELD_LINE, line.strip()):
+            names.update(re.findall(_NVSMI_HELP_FIELD_NAME, line))
     return frozenset(names)
 
 
@@ -99,7 +100,7 @@ def nvsmi_choose(wanted: Sequence[tuple[str, ...]], known: Set[str]
 
 def nvsmi_refused_field(output: str) -> str | None:
     """The property a query was refused for (`Field "x" is not a valid field to query.`)."""
-    match = _NVSMI_REFUSED_FIELD.search(output)
+    match = re.search(_NVSMI_REFUSED_FIELD, output)
     return match.group(1) if match else None
 
 

@@ -15,7 +15,6 @@ have (kind `bad_request`), and each operation answers with a record.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -71,7 +70,14 @@ from tfctl.remote.agent.vocab import (
     WaitPortsRequest,
     Wire,
 )
-from tfctl.remote.agent.wire import ACK_LINE, ANSWER_MARK, WIRE_VERSION, AgentError
+from tfctl.remote.agent.wire import (
+    ACK_LINE,
+    ANSWER_MARK,
+    WIRE_VERSION,
+    AgentError,
+    json_dumps,
+    json_loads,
+)
 
 OPS: dict[str, tuple[Callable[[Any], Wire], type[Wire]]] = {
     # op name: (handler, its request's record)
@@ -135,7 +141,7 @@ def main(req: dict[str, Any], mark: str = "") -> None:
                   "error": f"agent {req.get('op')} failed on {hostname()}: "
                            f"{type(exc).__name__}: {exc}",
                   "detail": _traceback_text()}
-    sys.stdout.write(mark + json.dumps(answer, default=str) + "\n")
+    sys.stdout.write(mark + json_dumps(answer) + "\n")
     sys.stdout.flush()
 
 
@@ -164,7 +170,7 @@ def serve(stream: Any) -> None:
         sys.stdout.write(ACK_LINE)
         sys.stdout.flush()
         try:
-            req = json.loads(line)
-        except ValueError as exc:
+            req = json_loads(line.decode())
+        except ValueError as exc:  # UnicodeDecodeError too
             req = {"op": f"<unreadable request: {exc}>"}
         main(req if isinstance(req, dict) else {"op": repr(req)}, ANSWER_MARK)

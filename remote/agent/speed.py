@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from re import Pattern
 
 _SPEED_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 STEPS_PER_S, EXAMPLES_PER_S = "steps/s", "examples/s"
@@ -53,7 +52,7 @@ class SpeedReader:
     (the job's `throughput:`), only those; without, the default forms."""
 
     def __init__(self, patterns: Sequence[str] = ()) -> None:
-        self.forms: list[tuple[Pattern[str], float | None, str]] = (
+        self.forms: list[tuple[re.Pattern[str], float | None, str]] = (
             [(re.compile(p), *speed_form(p)) for p in patterns] if patterns
             else [(re.compile(p), per, unit) for p, per, unit in DEFAULT_SPEED_FORMS])
 

@@ -1,13 +1,25 @@
-"""The agent's wire: its line markers, its version, and the failure an answer carries
-(`AgentError`); shared by the agent (host) and agentclient (here).
+"""The agent's wire: its line markers, its version, the failure an answer carries
+(`AgentError`), how a line is read and written (`json_loads`, `json_dumps`), and the modules the
+agent program imports on first use (`LaterModule`); shared by the agent (host) and agentclient
+(here).
 
 Its own file, first in the agent program, so that the client can read them without importing the
 agent's modules (~15 ms of every command's start).
+
+A request line is read and an answer written with CPython's own JSON accelerator (`_json`, what
+the `json` module calls for the same work), because importing `json` imports `re` and its
+`enum`, which cost an agent start more than all its own code: ~30 M instructions of a start of
+~60 M (benchmarks/agent_start.py). Where `_json` is missing (another Python), `json` does it.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+try:
+    import _json
+except ImportError:  # not CPython: the json module (which needs no accelerator)
+    _json = None  # type: ignore[assignment]
 
 ANSWER_MARK = "\x1etfctl-answer "
 """Starts the line that carries an answer: nothing else a child prints is taken for one."""
@@ -26,3 +38,63 @@ class AgentError(Exception):
     def __init__(self, kind: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.kind, self.message, self.extra = kind, message, extra
+
+
+class _Scanning:
+    """What `_json.make_scanner` reads of its decoder: `json.JSONDecoder()`'s defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+
+
+_scan = None if _json is None else _json.make_scanner(_Scanning())  # type: ignore[arg-type]
+
+
+def json_loads(text: str) -> Any:
+    """The JSON value of `text` (whitespace around it allowed), as `json.loads` reads it."""
+    if _scan is None:
+        import json
+
+        return json.loads(text)
+    text = text.strip(" \t\n\r")
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration as stop:
+        raise ValueError(f"Expecting value: line 1 column {stop.value + 1}") from None
+    if end != len(text):
+        raise ValueError(f"Extra data: line 1 column {end + 1}")
+    return value
+
+
+def json_dumps(value: Any) -> str:
+    """`value` as JSON, as `json.dumps(value, default=str)` writes it (one line, ASCII)."""
+    if _json is None:
+        import json
+
+        return json.dumps(value, default=str)
+    encode = _json.make_encoder({}, str, _json.encode_basestring_ascii, None, ": ", ", ",
+                                False, False, True)
+    return "".join(encode(value, 0))
+
+
+class LaterModule:
+    """A module of the standard library that the agent program imports when it is first used.
+
+    On a host, the agent files' top-level `import json` (and the other `program.DEFERRED`
+    modules) are cut and their names bound to one of these: the first attribute read imports
+    the module and binds its name in the program's globals to it, so every later use is the
+    module itself. An agent start thus imports only what its requests use (`json` and `re`,
+    `signal` and `enum`, `contextlib` and `functools` cost ~60 M instructions together)."""
+
+    def __init__(self, name: str, namespace: dict[str, Any]) -> None:
+        self._name, self._namespace = name, namespace
+
+    def __getattr__(self, attr: str) -> Any:
+        module = __import__(self._name)
+        self._namespace[self._name] = module
+        return getattr(module, attr)

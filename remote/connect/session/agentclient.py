@@ -49,25 +49,30 @@ MAX_IDLE_SESSIONS = 4  # per host: more only while that many operations overlap
 
 # Runs as `python -S -c BOOT <agent file> <size>` (Python >= 3.8, stdlib only). stdin: one line
 # with the program (zlib, base64), then requests. Uses the installed file when it has the right
-# size, else installs it (atomically, replacing older versions), else runs it from memory.
+# size (the line is then read past, not decoded), else installs it (atomically, replacing older
+# versions), else runs it from memory. The collector is off while the program loads: its
+# thousands of objects would set it off several times for nothing (~3 M instructions), and
+# `gc.freeze` keeps them out of every later collection.
 BOOT = r"""
-import os, sys
+import gc, os, sys
+gc.disable()
 path, size = sys.argv[1], int(sys.argv[2])
 folder, name = os.path.split(path)
 stdin = sys.stdin.buffer
 line = stdin.readline().strip()
-source = None
-if line:
+def decoded():
     import binascii, zlib
-    source = zlib.decompress(binascii.a2b_base64(line))
-def installed():
+    return zlib.decompress(binascii.a2b_base64(line)) if line else None
+try:
+    here = os.stat(path).st_size == size
+except OSError:
+    here = False
+source = None
+if not here and line:
+    source = decoded()
     try:
-        return os.stat(path).st_size == size
-    except OSError:
-        return False
-here = installed()
-if not here and source is not None and len(source) == size:
-    try:
+        if len(source) != size:
+            raise OSError("not the program announced")
         os.makedirs(folder, exist_ok=True)
         tmp = "%s.%d.tmp" % (path, os.getpid())
         with open(tmp, "wb") as out:
@@ -91,13 +96,15 @@ if here:
         agent = __import__(name[:-3])
     except ImportError:
         agent = None
-if agent is None and source is not None:
+if agent is None and line:
     agent = type(sys)("tfctl_agent")
-    exec(compile(source, path, "exec"), agent.__dict__)
+    exec(compile(source or decoded(), path, "exec"), agent.__dict__)
 if agent is None:
     sys.stdout.write(MARK + '{"ok": false, "v": VERSION, "kind": "agent_missing", '
                      '"error": "no agent"}\n')
     sys.exit(3)
+gc.freeze()
+gc.enable()
 agent.serve(stdin)
 """.replace("MARK", repr(ANSWER_MARK)).replace("VERSION", str(WIRE_VERSION))
 
