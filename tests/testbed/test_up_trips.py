@@ -2,10 +2,11 @@
 
 Every agent request, shell command and rsync a host gets is counted on the way out (the real
 calls, then passed on unchanged), so these tests see what an `up` costs each host: with nothing
-to sync and the setup cached, one check and one start per host and a posted mark, no shell; in
-one `up` that mixes host states (a host whose agent cannot run until the setup made its Python,
-a `shared_fs` host, an ordinary one), each host gets the work its state needs and the same
-check → go → mark as the others, and so does every host under `--force-setup` and a
+to sync and the setup cached, one check and one start per host and a posted mark, no shell (a
+changed file adds the file's request, not a second check); in one `up` that mixes host states
+(a host whose agent cannot run until the setup made its Python, a `shared_fs` host, an
+ordinary one), each host gets the work its state needs and the same check → go → mark as the
+others, and so does every host under `--force-setup` and a
 `transport: local` host; a host that cannot be reached fails the first phase that needed it,
 with nothing started. The host's own hash of the setup inputs agrees with the setup program's
 (a changed input is seen); and stopping named tasks (what `status` does to an ended job's ps)
@@ -215,6 +216,32 @@ def test_one_up_takes_each_host_as_it_is(testbed, tmp_path: Path,  # type: ignor
                         for h in testbed.names}
 
 
+def test_a_changed_file_is_put_without_a_second_check(testbed, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                     asked: Counter[str], down_after) -> None:
+    """A code change (no setup): each host gets the file over its agent session between its
+    check and its start, and is not checked again (a few files change no GPU and no port);
+    the task runs the changed code."""
+    d = job_dir(tmp_path)
+    inv = testbed.write_inventory(d / "cluster.yaml", FOREVER)
+    down_after.append(inv)
+    first, controller = _up(inv)
+    controller.down(grace_s=1)
+    controller.close()
+    (d / "job.py").write_text((d / "job.py").read_text() + "\n# changed\n")
+    asked.clear()
+    run_id, controller = _up(inv)
+    try:
+        assert _per_host(asked, testbed.names) == {
+            h: ["post up_mark", "put_files", "up_check", "up_go"] for h in testbed.names}
+        assert {t.state for t in controller.up_status.tasks} == {"running"}  # type: ignore[union-attr]
+        for host in testbed.names:
+            assert (testbed.host(host).workdir / "job.py").read_text().endswith("# changed\n")
+    finally:
+        controller.down(grace_s=1)
+        controller.close()
+    assert run_id != first
+
+
 def test_a_local_host_takes_the_same_sequence(tmp_path: Path, asked: Counter[str]) -> None:
     """`transport: local`: each agent request is a process of its own, the same requests as
     a host over SSH (the mark, with no session to post it on, is a request answered)."""
@@ -224,9 +251,8 @@ def test_a_local_host_takes_the_same_sequence(tmp_path: Path, asked: Counter[str
         run_id, controller = _up(inv)
         try:
             ops = [k for k in _per_host(asked, ["a"])["a"] if not k.startswith("shell ")]
-            assert ops == (["post up_mark", "put_files", "up_check", "up_check", "up_go",
-                            "up_mark"] if first else
-                           ["post up_mark", "up_check", "up_go", "up_mark"])
+            assert ops == (["post up_mark", "put_files", "up_check", "up_go", "up_mark"]
+                           if first else ["post up_mark", "up_check", "up_go", "up_mark"])
             assert controller.up_status is not None
             assert len(processes_of_run(run_id)) == len(controller.up_status.tasks) > 0
         finally:

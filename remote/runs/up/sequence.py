@@ -4,18 +4,21 @@
    starts anywhere (the sync's diff, the setup cache, nvidia-smi, the task ports, free ports
    for the tasks whose port the inventory leaves out). It starts nothing.
 2. the work the checks found (work.py): the sync and the setup, each only where a host needs
-   it, then a second check of the hosts they changed, so that their GPUs and ports are judged
-   as they are after the setup, not before it. A host whose agent could not run (no Python
-   yet: the setup may be what installs it) is synced and set up through the shell here and
-   checked again; a `shared_fs` host is set up after the hosts whose files it sees; a host that
-   could not be checked at all fails the first phase that needed it, with its own error.
+   it, then a second check of the hosts the setup ran on or rsync synced, so that their GPUs
+   and ports are judged as they are after the setup (or a long copy), not before it. A few
+   files put over the agent's session (a code change: milliseconds) change neither, so such a
+   host is not checked twice. A host whose agent could not run (no Python yet: the setup may
+   be what installs it) is synced and set up through the shell here and checked again; a
+   `shared_fs` host is set up after the hosts whose files it sees; a host that could not be
+   checked at all fails the first phase that needed it, with its own error.
 3. judge: the busy GPUs (`GpusBusy` unless forced), the taken ports; the plan made again with
    the ports the hosts chose (ports.py).
 4. go (start.py): one `up_go` per host and phase prepares the run, starts the tasks, waits on
    the host until they listen, and answers with the host's status.
 5. the mark that the whole run is up, for the hosts' watchers: posted, not waited for.
 
-Where nothing needs doing, each host is asked twice (a check and a start) and told once.
+Where nothing needs doing, each host is asked twice (a check and a start) and told once; a
+changed file or two adds one request (the files), not a second check.
 
 Why no host starts a task while another host's check could still refuse the `up` (a busy GPU, a
 taken port): `up_go` is a separate request, sent only after every host's check has answered and
@@ -98,11 +101,12 @@ def _up(fleet: Fleet, plan: Plan, say: Say, options: UpSettings, hooks: UpHooks,
         leased += [h for h in checked.answers if h in plan.hosts_used]
         listed = None if listing is None else listing.result()
     synced = sync_phase(fleet, checked, listed, source, say, hooks) \
-        if listed is not None else set()
-    setup_logs, ran = setup_phase(fleet, checked, synced, options.force_setup, say, hooks) \
+        if listed is not None else {}
+    setup_logs, ran = setup_phase(fleet, checked, set(synced), options.force_setup, say, hooks) \
         if prepare else ({}, set())
     raise_first(FleetResult({}, checked.failed))  # a host no phase has needed yet
-    again = [h for h in plan.hosts_used if h in synced | ran | set(checked.agentless)]
+    copied = {h for h, how in synced.items() if how != "agent"}  # rsync: it may have been long
+    again = [h for h in plan.hosts_used if h in copied | ran | set(checked.agentless)]
     if again:  # their GPUs and ports as they are after their sync and setup
         checked = checked.update(check_hosts(fleet, plan, again, None, setup=False,
                                              token=token))

@@ -31,8 +31,9 @@ from tfctl.remote.sync.rsync import SourceListing, apply_diff, shared_skips, she
 
 
 def sync_phase(fleet: Fleet, checked: Checked, listed: SourceListing, source: str,
-               say: OnEvent, hooks: UpHooks) -> set[str]:
-    """Every synced host brought up to date (as `tfctl sync` would); the hosts it changed.
+               say: OnEvent, hooks: UpHooks) -> dict[str, str]:
+    """Every synced host brought up to date (as `tfctl sync` would); the hosts it changed, each
+    with how (`SyncResult.method`: "agent" for a few files over the agent's session, "rsync").
     Raises `SyncFailed` for the hosts it could not sync or check."""
     inv = fleet.inventory
     targets = [h.name for h in inv.hosts if not h.shared_fs]
@@ -56,7 +57,8 @@ def sync_phase(fleet: Fleet, checked: Checked, listed: SourceListing, source: st
     hooks.synced(result)
     if result.failed:
         raise SyncFailed(result.failed)
-    return {h for h, r in done.succeeded.items() if r.method not in ("unchanged", "skipped")}
+    return {h: r.method for h, r in done.succeeded.items()
+            if r.method not in ("unchanged", "skipped")}
 
 
 def setup_phase(fleet: Fleet, checked: Checked, synced: set[str], force: bool, say: OnEvent,
