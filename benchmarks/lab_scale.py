@@ -3,6 +3,7 @@
 
     python benchmarks/lab_scale.py                  # 16 hosts, 3 repetitions (root: netns lab)
     python benchmarks/lab_scale.py --hosts 8 --reps 5 --grace 2
+    python benchmarks/lab_scale.py --goals --reps 5 --baseline /work/before   # issue 35's two
 
 A lab of real sshd hosts (tests/support/testbed) runs a light job (tests/support/lightjob.py, no
 TensorFlow: it binds its task port and idles) as 3 processes per host: ps:1 and 2 CPU workers. Per
@@ -20,10 +21,16 @@ repetition, in a rotating order:
              warmed first: no handshakes, as tfctl's holder gives;
 each `up` kind twice: with no holder (`--persist 0`) and as a user has it by default, a holder
 (remote/connect/hold) kept by the previous command lending its agent sessions ("held"; the
-holder's CPU meanwhile is counted as the command's);
+holder's CPU meanwhile is counted as the command's), and so for `--baseline`'s tree too ("before",
+"before, held": its own holder, under a runtime folder of its own);
 after each `up` but up-all and up+setup: `tfctl status` (P5) and `tfctl down --grace G` (P6:
 every process of the run must be gone when it returns, and it must return within G + 1 s). Last,
 P6 again with tasks that ignore SIGTERM, so `down` has to wait out the grace and SIGKILL them.
+
+`--goals` times only what issue 35's two figures need, each side in the same run: `tfctl up` (a
+no-change sync, every task at once, the default) held ÷ pdsh over ControlPersist until its
+processes listen (goal ≤ 0.8), and with no holder (`--persist 0`) ÷ `pdsh -f 32` over fresh
+connections until they listen (goal ≤ 1.0); each `up` is followed by an untimed `down`.
 
 CPU is user+sys of the tfctl process and everything it waited for (rsync, ssh), from
 RUSAGE_CHILDREN, divided by the host count: in this lab every host shares this machine's cores,
@@ -76,6 +83,9 @@ from _pdsh import pdsh_envs, pdsh_once
 from tests.support.testbed import Testbed
 
 TASKS = ("ps:0", "worker:0", "worker:1")
+TAGS = ("", " (held)", " (before)", " (before, held)")
+"""The trees and ways a contender's `up` runs: this tree with no holder, held, and the same of
+`--baseline`'s."""
 PORTS = {"ps": 2222, "worker": 2223}
 # The light job, ignoring SIGTERM (so down must SIGKILL it after the grace) and noting when the
 # TERM came, in its cwd (the host's workdir), so the time after the TERM can be measured.
@@ -113,6 +123,22 @@ def light_inventory(testbed: Testbed, path: Path, **job: object) -> Path:
     return testbed.write_inventory(
         path, spec, host_fields={h: {"cpu_workers": 2} for h in testbed.names}, **name
     )
+
+
+def goals(s: dict[str, Samples]) -> None:
+    """Issue 35's two figures, each tree's `up` against its peer of the same repetitions."""
+    m = {k: median(v.wall_s) for k, v in s.items() if v.wall_s}
+    muxed, fresh = m["pdsh-cm+listen"], m["pdsh+listen"]
+    print(f"pdsh until its 48 processes listen: over ControlPersist {muxed:.2f} s, over fresh "
+          f"connections (-f 32) {fresh:.2f} s")
+    for tree, held_tag, cold_tag in (("this", " (held)", ""),
+                                     ("before", " (before, held)", " (before)")):
+        held, cold = m.get(f"up+sync{held_tag}"), m.get(f"up+sync{cold_tag}")
+        if held is None or cold is None:
+            continue
+        print(f"GOAL {tree}: held up ÷ pdsh over ControlPersist {ratio(held, muxed)} (goal ≤ "
+              f"0.8; {held:.2f} s); cold up (--persist 0) ÷ pdsh -f 32 {ratio(cold, fresh)} "
+              f"(goal ≤ 1.0; {cold:.2f} s)")
 
 
 def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
@@ -179,6 +205,8 @@ def down_watched(inv: Path, grace: float, run_id: str,
 
 def main() -> int:
     parser = arguments(__doc__, reps=3, hosts=16, grace=True, baseline=BASELINE)
+    parser.add_argument("--goals", action="store_true",
+                        help="only issue 35's two figures: up (held, and with no holder) ÷ pdsh")
     args = parser.parse_args()
     need_pdsh()
     print(machine_line())
@@ -196,9 +224,14 @@ def main() -> int:
               + (f"; before = {args.baseline}" if args.baseline else ""))
         samples = measure(testbed, inv, stubborn, full, args)
         samples["first_sync"].add(first_sync)
-        report(samples, args)
-        handshakes(inv, args.reps)
-        stop_holders(runtime)  # ssh's control masters end with the lab's sshds
+        if args.goals:
+            goals(samples)
+        else:
+            report(samples, args)
+            goals(samples)
+            handshakes(inv, args.reps)
+        for folder in (runtime, f"{runtime}/b"):
+            stop_holders(folder)  # ssh's control masters end with the lab's sshds
     return 0
 
 
@@ -213,14 +246,18 @@ def measure(testbed: Testbed, inv: Path, stubborn: Path, full: Path, args: argpa
         "": dict(os.environ, TFCTL_PERSIST="0"),
         " (held)": dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=args.runtime)}
     if args.baseline:
-        envs[" (before)"] = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()),
-                                 TFCTL_PERSIST="0")
+        before = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
+        envs[" (before)"] = dict(before, TFCTL_PERSIST="0")
+        os.makedirs(f"{args.runtime}/b", exist_ok=True)  # its holder's, apart from this tree's
+        envs[" (before, held)"] = dict(before, TFCTL_PERSIST="60",
+                                       XDG_RUNTIME_DIR=f"{args.runtime}/b")
     for env in envs.values():  # warm-up, not counted (the first also runs the setup)
-        for where in (inv, full):
+        for where in (inv,) if args.goals else (inv, full):
             run_id = run_id_of(timed(tfctl_argv(where, "up"), env=env).check("up").stdout)
             down_watched(where, args.grace, run_id, env)
-    contenders = ["pdsh", "pdsh-cm", "up-all"] + [f"{kind}{tag}" for tag in envs
-                                                  for kind in ("up", "up+sync", "up+setup")]
+    kinds = ("up+sync",) if args.goals else ("up", "up+sync", "up+setup")
+    contenders = ["pdsh", "pdsh-cm"] + ([] if args.goals else ["up-all"]) + [
+        f"{kind}{tag}" for tag in envs for kind in kinds]
     installed = "before" if args.baseline else "this"  # whose agent the hosts hold
     for rep in range(args.reps):
         for name in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
@@ -234,17 +271,17 @@ def measure(testbed: Testbed, inv: Path, stubborn: Path, full: Path, args: argpa
                 continue
             tag = name[name.index(" "):] if " " in name else ""
             env = envs[tag]
-            tree = "before" if tag == " (before)" else "this"
-            if tree != installed:  # untimed: this version's agent installed, as hosts have it
-                timed(tfctl_argv(inv, "runs"), env=env).check("runs")
-                installed = tree
+            tree = "before" if "before" in tag else "this"
+            if tree != installed and "held" not in tag:  # untimed: this version's agent
+                timed(tfctl_argv(inv, "runs"), env=env).check("runs")  # installed, as hosts
+            installed = tree  # have it (a held command may install its own for a new session)
             kind = name.split(" ")[0]
             flags = {"up": ["--no-sync", "--ps-first"], "up-all": ["--no-sync"]}.get(kind, [])
             which = full if kind == "up+setup" else inv
             up = timed_tfctl(tfctl_argv(which, "up", *flags), env)
             s[name].add(up.check(name))
             run_id = run_id_of(up.stdout)
-            if kind in ("up-all", "up+setup"):  # for `up` alone; its status and down are alike
+            if kind in ("up-all", "up+setup") or args.goals:  # `up` alone; status, down alike
                 down_watched(which, args.grace, run_id, env)
                 continue
             s["status" + tag].add(timed_tfctl(tfctl_argv(inv, "status"), env).check("status"))
@@ -280,7 +317,7 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
             ("pdsh, until all ports listen", "pdsh+listen"),
             ("pdsh, ControlPersist, launch only", "pdsh-cm"),
             ("pdsh, ControlPersist, until listening", "pdsh-cm+listen")]
-    for tag in ("", " (held)", " (before)"):
+    for tag in TAGS:
         rows += [("tfctl up --no-sync --all-at-once", "up-all")] if not tag else []
         rows += [(f"tfctl up --no-sync --ps-first{tag}", f"up{tag}"),
                  (f"tfctl up, no-change sync{tag}", f"up+sync{tag}"),
@@ -298,7 +335,7 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
             print(f"{label:<36}{wall:>8.2f}{cpu:>8.2f}{cpu / hosts:>12.3f}{machine}")
     pdsh, listen = m["pdsh"][0], m["pdsh+listen"][0]
     muxed = m["pdsh-cm+listen"][0]
-    for tag in [t for t in ("", " (held)", " (before)") if f"up{tag}" in m]:
+    for tag in [t for t in TAGS if f"up{tag}" in m]:
         up, synced = m[f"up{tag}"], m[f"up+sync{tag}"]
         whole = m[f"up+setup{tag}"]
         print(f"P1{tag} GOAL full up (no-change sync, cached setup, all checks, until every "
@@ -317,7 +354,8 @@ def report(s: dict[str, Samples], args: argparse.Namespace) -> None:
               f"{busy[f'up{tag}']:.2f} s ÷ pdsh until listening {busy['pdsh+listen']:.2f} s = "
               f"{ratio(busy[f'up{tag}'], busy['pdsh+listen'])}")
         print(f"P5{tag} status: {m[f'status{tag}'][0]:.2f} s (goal ≤ 1 s)")
-    for tag, other in ((" (held)", ""), ("", " (before)"), (" (held)", " (before)")):
+    for tag, other in ((" (held)", ""), ("", " (before)"), (" (held)", " (before)"),
+                       (" (held)", " (before, held)")):
         if f"up{tag}" in m and f"up{other}" in m:
             print(f"{tag.strip(' ()') or 'no holder'} ÷ {other.strip(' ()') or 'no holder'}: "
                   + ", ".join(f"{k} {ratio(m[k + tag][0], m[k + other][0])}"
