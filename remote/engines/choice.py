@@ -11,7 +11,6 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.engines.engine import Engine
 from tfctl.remote.engines.hosts import HostsEngine
-from tfctl.remote.engines.slurm import SlurmEngine
 from tfctl.remote.runs.current import CurrentRun
 
 Current = Callable[[bool], CurrentRun | None]
@@ -24,6 +23,8 @@ def engine_to_start(on: str, fleet: Fleet, current: Current, plan: Callable[[], 
     """The engine `up --on <on>` starts a run on; `current(refresh)` and `plan()` are the
     controller's run and plan, which the hosts' engine reads."""
     if on == "slurm":
+        from tfctl.remote.engines.slurm import SlurmEngine  # its modules: only where chosen
+
         return SlurmEngine(fleet.inventory, fleet.options)
     if on == "lab":
         return HostsEngine(fleet, current, plan)
@@ -34,5 +35,7 @@ def engine_of_run(fleet: Fleet, current: Current, plan: Callable[[], Plan],
                   by_id: bool = False) -> Engine:
     """The engine the current run is on: the Slurm job the state file names (`up --on slurm`),
     else the hosts; a run chosen by its id (`--run`, which the hosts list) is the hosts'."""
+    from tfctl.remote.engines.slurm import SlurmEngine
+
     slurm = None if by_id else SlurmEngine.remembered(fleet.inventory, fleet.options)
     return slurm or HostsEngine(fleet, current, plan)
