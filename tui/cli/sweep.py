@@ -205,14 +205,16 @@ def stop_sweep(ctx: click.Context, sweep_id: str, grace_s: float, as_json: bool)
         secho(f"error: no sweep {sweep_id} was started from here (`tfctl queue` lists this "
               "machine's; `tfctl runs` each point's run)", err=True, fg="red")
         sys.exit(EXIT_USAGE)
-    if waiter_alive(record):
+    waited = {p["index"] for p in record["points"] if p["state"] == WAITING}
+    if waiter_alive(record):  # it marks its waiting points cancelled as it ends
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(record["waiter_pid"]), signal.SIGTERM)
         deadline = time.monotonic() + 60  # a start under way ends first, then it writes
         while waiter_alive(record) and time.monotonic() < deadline:
             time.sleep(0.2)
         record = read_record(sweep_id) or record
-    cancelled = [p for p in record["points"] if p["state"] == WAITING]
+    cancelled = [p for p in record["points"] if p["index"] in waited
+                 and p["state"] in (WAITING, "cancelled")]
     for p in cancelled:
         p.update(state="cancelled", why="cancelled by tfctl down")
     stopped: dict[str, Any] = {}
