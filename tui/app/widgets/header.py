@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from tfctl.inventory.frameworks import framework_of
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import DOWN, Board
 from tfctl.tui.app.model.hostlines import HostLine
@@ -30,8 +31,8 @@ def header_text(facts: HeaderFacts, board: Board, hosts: Sequence[HostLine],
     if board.run_id is None:
         text.append(" · no run", "dim")
         text.append(" (u to start one)", "dim")
-    else:
-        text.append(f" · run {board.run_id} · ")
+    else:  # the run and its job's framework (TensorFlow, PyTorch, JAX), then how it is
+        text.append(f" · run {board.run_id} · {framework_of(board.plan.inventory.job).title} · ")
         text.append_text(_run_state(board, now_s))
     gpus = sum(len(h.gpus) or h.gpu_count for h in hosts)
     down = sum(1 for h in hosts if h.level == "down")
