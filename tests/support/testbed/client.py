@@ -21,9 +21,10 @@ from pathlib import Path
 
 from tests.support.testbed.users import LabUser
 
-KEPT = ("PATH", "LANG", "LC_ALL", "TZ", "TFCTL_PERSIST", "COLUMNS")
-"""The suite's variables the user's command keeps (the session's marker among them, so a
-process it leaves is still the suite's, tests/support/leftovers.py)."""
+KEPT = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TZ", "TFCTL_PERSIST", "COLUMNS")
+"""The suite's variables the user's command keeps: the tfctl it runs is the suite's
+(PYTHONPATH), and the session's marker is kept too, so that a process it leaves is still the
+suite's (tests/support/leftovers.py)."""
 
 
 def user_home(folder: Path, user: LabUser, key: Path) -> Path:
