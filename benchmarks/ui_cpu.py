@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""CPU used by the dashboard process, and its frame latency, at the default refresh.
+"""CPU used by the dashboard process, and its frame latency, at the default refresh; and the
+dashboard's CPU against a bare Textual app's showing the same screen from the same sources.
 
     python benchmarks/ui_cpu.py                      # 16 hosts × 8 GPUs, 160×48, 30 s
     python benchmarks/ui_cpu.py --size 80x24 --seconds 20
     python benchmarks/ui_cpu.py --hosts 4 --gpus 4 --view logs
+    python benchmarks/ui_cpu.py --versus-bare --reps 5   # dashboard ÷ bare Textual, one run
+    python benchmarks/ui_cpu.py --versus-bare --full --baseline /tmp/before   # + another tree
+    python benchmarks/ui_cpu.py --app bare           # the bare app alone, in this process
 
 The real `TfctlApp` runs headless over synthetic sources in this process: every GPU gets a new
 sample each second (utilization, memory, temperature, power all move, so every GPU line
@@ -19,17 +23,36 @@ Measured after a warm-up: CPU seconds of this process (all threads: the UI loop 
 workers) per wall second, as % of one core (goal ≤ 5 %); frames per second; frame latency, from
 the start of a refresh tick to the end of the first screen update painted after it (p50, p95,
 max); and the tick's own time (reading telemetry, building lines, diffing widgets).
+
+`--versus-bare`: the fair peer is `ui_bare.py`, Textual's stock widgets showing the same rows and
+columns from the same sources at the same rates (its docstring says what it does and does not
+do). Each repetition runs the dashboard and the peer one after the other, each in a process of
+its own (the order alternates), each measuring its own CPU (getrusage of itself, all threads)
+over the same window after the same warm-up, at the same terminal size, with the same terminal
+encoding; printed: the medians and the ratio dashboard ÷ bare of the medians and per repetition
+(goal ≤ 1.5). The wide layout only (the peer has no compact one): 120×34 or more. `--baseline
+DIR` adds the dashboard of another tree (DIR/tfctl, first on PYTHONPATH) as `before`.
+
+Which second is measured: by default the first half minute after the dashboard opens, while
+the log pane fills (128 workers' lines a second; Textual's `Log` holds 10,000) and the GPU
+histories fill (120 samples). `--full` starts the sources as after minutes of a busy job (the
+histories full, a first log batch of 10,000 lines), so the window is the steady state of a
+dashboard left open. On a machine shared with other work, `nice -n -10` keeps the two apps from
+dropping frames (a CPU-starved app skips frames and so seems to cost less).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
+import os
 import platform
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -49,6 +72,8 @@ from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.status import TaskStatus
 
 POLL_RTT_S = 0.02
+FULL_LOG_LINES = 10_000
+"""`--full`: the log pane's capacity (the dashboard's and the bare app's), reached at once."""
 
 
 def synthetic_inventory(hosts: int, gpus: int) -> Inventory:
@@ -62,13 +87,19 @@ def synthetic_inventory(hosts: int, gpus: int) -> Inventory:
 class SyntheticTelemetry:
     """A new sample for every GPU each second, made when the UI asks (no thread)."""
 
-    def __init__(self, inv: Inventory, pids: dict[tuple[str, str], int]) -> None:
+    def __init__(self, inv: Inventory, pids: dict[tuple[str, str], int],
+                 full: bool = False) -> None:
+        """`full`: every GPU's history starts full, as after two minutes."""
         self._history = GpuHistory()
         self.inv = inv
         self.pids = pids
         self.rng = random.Random(7)
         self._second: dict[str, int] = {}
         self._snap: dict[str, HostTelemetry] = {}
+        now = time.monotonic()
+        for past_s in range(self._history.length if full else 0, 0, -1):
+            for host in inv.hosts:
+                self._sample(host.name, now - past_s)
 
     @property
     def history(self) -> GpuHistory:
@@ -104,10 +135,11 @@ class SyntheticTelemetry:
 
 
 class SyntheticFollower:
-    def __init__(self, workers: list[str]) -> None:
+    def __init__(self, workers: list[str], backlog_lines: int = 0) -> None:
+        """`backlog_lines`: the first poll also brings about this many older lines."""
         self.hosts: list[str] = []
         self.workers = workers
-        self.last = time.monotonic()
+        self.last = time.monotonic() - math.ceil(backlog_lines / max(1, len(workers)))
         self.step = 0
 
     def poll(self, tail_lines: int | None = None) -> LogBatch:
@@ -124,7 +156,8 @@ class SyntheticFollower:
 
 
 class SyntheticController:
-    def __init__(self, inv: Inventory) -> None:
+    def __init__(self, inv: Inventory, backlog_lines: int = 0) -> None:
+        self.backlog_lines = backlog_lines
         self.inventory = inv
         self.plan = make_plan(inv)
         self.started = time.monotonic()
@@ -149,7 +182,8 @@ class SyntheticController:
         return None
 
     def log_follower(self, tasks: set[str] | None = None) -> SyntheticFollower:
-        return SyntheticFollower([t.name for t in self.plan.tasks if t.type == "worker"])
+        return SyntheticFollower([t.name for t in self.plan.tasks if t.type == "worker"],
+                                 self.backlog_lines)
 
     def sync(self) -> dict[str, object]:
         return {}
@@ -214,13 +248,24 @@ def instrument(app: Any, probe: Probe, encode: bool) -> None:
     app._display = timed_display
 
 
-async def measure(args: argparse.Namespace) -> dict[str, float]:
+def build_app(which: str, controller: SyntheticController, telemetry: SyntheticTelemetry
+              ) -> Any:
+    """The dashboard (default refresh: GPUs 1 s, tasks 2 s, logs 1 s), or its bare peer at
+    the same rates."""
+    if which == "bare":
+        from ui_bare import BareDashboard
+
+        return BareDashboard(controller, telemetry)
     from tfctl.tui.app.factory import make_app
 
+    return make_app(controller, telemetry)
+
+
+async def measure(args: argparse.Namespace) -> dict[str, float]:
     inv = synthetic_inventory(args.hosts, args.gpus)
-    controller = SyntheticController(inv)
-    telemetry = SyntheticTelemetry(inv, controller.gpu_pids())
-    app = make_app(controller, telemetry)  # default refresh: GPUs 1 s, tasks 2 s
+    controller = SyntheticController(inv, FULL_LOG_LINES if args.full else 0)
+    telemetry = SyntheticTelemetry(inv, controller.gpu_pids(), full=args.full)
+    app = build_app(args.app, controller, telemetry)
     probe = Probe()
     instrument(app, probe, encode=not args.no_encode)
     width, height = (int(x) for x in args.size.split("x"))
@@ -233,7 +278,7 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
         await asyncio.sleep(args.seconds)
         cpu1, wall1 = cpu_s(), time.perf_counter()
         probe.recording = False
-        lines = len(app.logs)
+        lines = len(app.logs) if args.app == "dashboard" else app.query_one("#logs").line_count
     wall = wall1 - wall0
     lat = sorted(probe.latencies_ms())
     ticks = sorted(t * 1000 for t in probe.tick_s)
@@ -253,6 +298,53 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def versus_bare(args: argparse.Namespace) -> None:
+    """The dashboard and its bare peer, each in a process of its own, alternating."""
+    from _common import machine_line, median, ratio
+
+    same = ["--hosts", str(args.hosts), "--gpus", str(args.gpus), "--size", args.size,
+            "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--json"]
+    same += [flag for flag, on in (("--no-encode", args.no_encode), ("--full", args.full)) if on]
+    print(machine_line())
+    print(f"dashboard ÷ bare Textual · {args.hosts} hosts × {args.gpus} GPUs · {args.size} · "
+          f"{args.reps} × ({args.seconds:g} s after {args.warmup:g} s warm-up) each · "
+          f"{'no ' if args.no_encode else ''}terminal encoding"
+          f"{' · sources full (steady state)' if args.full else ''}")
+    # contender → (--app, PYTHONPATH): "before" is the dashboard of the --baseline tree
+    contenders = {"dashboard": ("dashboard", None), "bare": ("bare", None)}
+    if args.baseline:
+        contenders["before"] = ("dashboard", args.baseline)
+    names = list(contenders)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for rep in range(args.reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            app, path = contenders[name]
+            env = dict(os.environ, PYTHONPATH=path) if path else None
+            child = subprocess.run([sys.executable, __file__, "--app", app, *same], env=env,
+                                   capture_output=True, text=True)
+            if child.returncode != 0:
+                raise SystemExit(f"{name} failed (exit {child.returncode}):\n"
+                                 + "\n".join(child.stderr.splitlines()[-8:]))
+            results[name].append(json.loads(child.stdout.strip().splitlines()[-1]))
+        cpu = {name: results[name][-1]["cpu_pct_of_one_core"] for name in names}
+        print(f"  rep {rep + 1}: " + " · ".join(f"{name} {cpu[name]:.2f} %" for name in names)
+              + " · " + " · ".join(f"{name} ÷ bare {ratio(cpu[name], cpu['bare'])}"
+                                   for name in names if name != "bare"), flush=True)
+    for name in names:
+        runs = results[name]
+        print(f"  {name:<9} CPU {median(r['cpu_pct_of_one_core'] for r in runs):5.2f} % of one "
+              f"core · {median(r['frames_per_s'] for r in runs):.1f} frames/s · tick p50 "
+              f"{median(r['tick_p50_ms'] for r in runs):.1f} ms · frame p50 "
+              f"{median(r['frame_p50_ms'] for r in runs):.1f} ms")
+    bare = [r["cpu_pct_of_one_core"] for r in results["bare"]]
+    for name in (n for n in names if n != "bare"):
+        cpu_pct = [r["cpu_pct_of_one_core"] for r in results[name]]
+        each = median(c / b for c, b in zip(cpu_pct, bare, strict=True))
+        print(f"  ratio     {name} ÷ bare {ratio(median(cpu_pct), median(bare))} (medians; goal "
+              f"≤ 1.5) · per repetition {each:.2f} (median)")
+    print(machine_line())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=16)
@@ -263,11 +355,34 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--no-encode", action="store_true",
                         help="skip turning screen updates into terminal bytes")
+    parser.add_argument("--app", choices=("dashboard", "bare"), default="dashboard",
+                        help="what runs in this process: tfctl's dashboard or its bare peer")
+    parser.add_argument("--versus-bare", action="store_true",
+                        help="dashboard ÷ bare Textual app, each in its own process, alternating")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of --versus-bare")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="--versus-bare: also the dashboard of the tfctl/ tree under DIR "
+                             "(put first on PYTHONPATH), as `before`")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    parser.add_argument("--full", action="store_true",
+                        help="start as after minutes of a busy job (each GPU's history full, "
+                             f"a first log batch of {FULL_LOG_LINES:,} lines): the steady state")
     args = parser.parse_args()
+    width, height = (int(x) for x in args.size.split("x"))
+    if (args.versus_bare or args.app == "bare") and (width < 120 or height < 34
+                                                     or args.view != "tasks"):
+        parser.error("the bare app has the wide layout's tasks view only: --size 120x34 or more")
+    if args.versus_bare:
+        versus_bare(args)
+        return
     result = asyncio.run(measure(args))
-    print(f"tfctl ui benchmark · {args.hosts} hosts × {args.gpus} GPUs · {args.size} · "
-          f"view {args.view} · {args.seconds:g} s after {args.warmup:g} s warm-up · "
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"tfctl ui benchmark · {args.app} · {args.hosts} hosts × {args.gpus} GPUs · "
+          f"{args.size} · view {args.view} · {args.seconds:g} s after {args.warmup:g} s warm-up · "
           f"{'no ' if args.no_encode else ''}terminal encoding · "
+          f"{'sources full (steady state) · ' if args.full else ''}"
           f"{platform.python_version()} on {platform.machine()} · "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
     print(f"  CPU             {result['cpu_pct_of_one_core']:.1f} % of one core (goal ≤ 5 %)")
