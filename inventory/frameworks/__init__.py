@@ -30,7 +30,13 @@ framework touches:
    `asks_host` onto it in `remote/runs/check.py`;
 5. only if `tfctl export slurm` must run it: the sbatch script computes each task's cluster
    env itself from the allocation (the Slurm exporter's shell part), so it learns the new env
-   there.
+   there;
+6. only if its job ends otherwise than by a chief's or every worker's end: the end rule
+   (`remote/runs/endrule.py`, what the hosts' watchers apply, `remote/agent/watch.py`) and the
+   client's reading of it (`remote/runs/status.py`), as the group of ranks' end (mode `group`,
+   style `env`) is there. PyTorch, the second entry, needed all six (and the mode and style,
+   which JAX, the third, then shared); JAX needed 1, 2, 3 and a probe and a Slurm case of its
+   own.
 
 The plan builder, `with_ports`, the rules' front, check and the failure hints need no change.
 """

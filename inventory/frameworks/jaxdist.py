@@ -26,28 +26,23 @@ as ranks.py says: JAX's runtime does not take a lost process back.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from tfctl.inventory.frameworks import ranks
-from tfctl.inventory.frameworks.interface import Cluster, Finding, Handed, Hint, Level, host_port
+from tfctl.inventory.frameworks.interface import Cluster, Handed, Hint, Level, host_port
 from tfctl.inventory.model import Inventory, Job, WorkerLayout
-from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
-
-if TYPE_CHECKING:
-    from tfctl.inventory.tasks import Plan
+from tfctl.inventory.tasks import Place
 
 SHOWN = ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES", "JAX_COORDINATOR_ADDRESS")
 
 
-class Jax:
+class Jax(ranks.Ranks):
     """JAX's coordinator and Keras 3's distribution variables for every process (`Framework`)."""
 
     name: str = "jax"
     title: str = "JAX"
-    roles: tuple[TaskType, ...] = ranks.ROLES
-    cluster_roles: tuple[TaskType, ...] = ("worker",)
-    layouts: tuple[WorkerLayout, ...] = ("per_host", "per_gpu")
+    layouts: tuple[WorkerLayout, ...] = ("per_host", "per_gpu")  # per_host first: its default
     asks_host: tuple[str, ...] = ("jax",)
     shown_env: tuple[str, ...] = SHOWN
 
@@ -55,14 +50,8 @@ class Jax:
     def hints(self) -> tuple[Hint, ...]:
         return _hints()
 
-    def base_env(self, job: Job) -> dict[str, str]:
-        return dict(COMMON_ENV)
-
     def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
         return ranks.place(inv, addresses, shared_mask=False)
-
-    def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
-        return ranks.spec(places)
 
     def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
         if place.type != "worker":
@@ -78,12 +67,6 @@ class Jax:
                "KERAS_DISTRIBUTION_NUM_PROCESSES": count, "KERAS_DISTRIBUTION_PROCESS_ID": me}
         return Handed(env=env, env_defaults={"KERAS_BACKEND": "jax",
                                              "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"})
-
-    def refusals(self, plan: Plan) -> list[Finding]:
-        return []
-
-    def warnings(self, plan: Plan) -> tuple[str, ...]:
-        return ()
 
     def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
         versions = probe.get("framework_versions") or {}

@@ -23,28 +23,22 @@ back into a running group): ranks.py says how.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from tfctl.inventory.frameworks import ranks
-from tfctl.inventory.frameworks.interface import Cluster, Finding, Handed, Hint, Level
-from tfctl.inventory.model import Inventory, Job, WorkerLayout
-from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
-
-if TYPE_CHECKING:
-    from tfctl.inventory.tasks import Plan
+from tfctl.inventory.frameworks.interface import Cluster, Handed, Hint, Level
+from tfctl.inventory.model import Inventory, Job
+from tfctl.inventory.tasks import Place
 
 SHOWN = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-class PyTorch:
+class PyTorch(ranks.Ranks):
     """torchrun's environment for every rank of one process group (`Framework`)."""
 
     name: str = "torch"
     title: str = "PyTorch"
-    roles: tuple[TaskType, ...] = ranks.ROLES
-    cluster_roles: tuple[TaskType, ...] = ("worker",)
-    layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
     asks_host: tuple[str, ...] = ("torch",)
     shown_env: tuple[str, ...] = SHOWN
 
@@ -52,14 +46,8 @@ class PyTorch:
     def hints(self) -> tuple[Hint, ...]:
         return _hints()
 
-    def base_env(self, job: Job) -> dict[str, str]:
-        return dict(COMMON_ENV)
-
     def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
         return ranks.place(inv, addresses, shared_mask=True)
-
-    def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
-        return ranks.spec(places)
 
     def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
         if place.type != "worker":
@@ -75,12 +63,6 @@ class PyTorch:
         if r.local_world_size > 1:
             defaults["OMP_NUM_THREADS"] = "1"
         return Handed(env=env, env_defaults=defaults)
-
-    def refusals(self, plan: Plan) -> list[Finding]:
-        return []
-
-    def warnings(self, plan: Plan) -> tuple[str, ...]:
-        return ()
 
     def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
         version = (probe.get("framework_versions") or {}).get("torch")

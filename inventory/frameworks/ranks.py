@@ -23,10 +23,14 @@ What the loader makes of such a job's keys is `rankkeys.py`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from tfctl.inventory.frameworks.interface import host_port, numbered, worker_masks
-from tfctl.inventory.model import Inventory
-from tfctl.inventory.tasks import Place
+from tfctl.inventory.frameworks.interface import Finding, host_port, numbered, worker_masks
+from tfctl.inventory.model import Inventory, Job, WorkerLayout
+from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
+
+if TYPE_CHECKING:
+    from tfctl.inventory.tasks import Plan
 
 ROLES = ("worker", "evaluator")
 """The ranks, then an evaluator beside them (a script that reads the checkpoints, handed
@@ -71,3 +75,25 @@ class Rank:
         self.group_rank = hosts.index(place.host)
         self.group_world_size = len(hosts)
         self.addresses = [p.address for p in world]
+
+
+class Ranks:
+    """What every framework of ranks answers alike (`Framework`'s members): its roles, its
+    base env, its cluster as `tfctl plan` shows it, no rules of its own on a plan. An entry
+    adds its name, what it hands, how it places its ranks' GPUs and what `check` asks."""
+
+    roles: tuple[TaskType, ...] = ROLES
+    cluster_roles: tuple[TaskType, ...] = ("worker",)
+    layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
+
+    def base_env(self, job: Job) -> dict[str, str]:
+        return dict(COMMON_ENV)
+
+    def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
+        return spec(places)
+
+    def refusals(self, plan: Plan) -> list[Finding]:
+        return []
+
+    def warnings(self, plan: Plan) -> tuple[str, ...]:
+        return ()
