@@ -5,6 +5,8 @@
   it started stopped afterwards.
 - `small_fs`: a tmpfs of 8 MiB, a filesystem that really fills up (root only).
 - `held`: the environment of commands that keep their connections (tests/support/holders.py).
+- `frameworks_python`: the python of a venv with PyTorch (CPU), JAX and Keras 3, built once per
+  machine and cached on disk (tests/support/fwvenv.py), what the testbed hosts run them with.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import fwvenv
 from tests.support.agentdriver import AgentDir
 from tests.support.holders import holders
 from tests.support.testbedtools import wait_until
@@ -59,3 +62,12 @@ def held() -> Iterator[dict[str, str]]:
         os.kill(pid, signal.SIGTERM)
     wait_until("holder gone after SIGTERM", lambda: not holders(runtime), 10, every_s=0.05)
     shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def frameworks_python() -> Path:
+    """The frameworks' venv's python (built on first use: minutes, once per machine)."""
+    if sys.version_info[:2] != fwvenv.PYTHON:
+        pytest.skip(f"the frameworks' venv is pinned for Python {'.'.join(map(str, fwvenv.PYTHON))}"
+                    " (torch's CPU wheel): another would take the CUDA build")
+    return fwvenv.frameworks_python()
