@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 EXPOSURE_WARNING = ("TensorFlow's gRPC task ports accept anyone on the network (no "
                     "authentication): `tfctl check --firewall` prints rules that admit only "
                     "the inventory's hosts")
+GROUP_EXPOSURE_WARNING = ("rank 0's port (torch's TCPStore, JAX's coordinator) accepts anyone "
+                          "on the network (no authentication): `tfctl check --firewall` prints "
+                          "rules that admit only the inventory's hosts")
 MARK = {"ok": ("✔", "green"), "info": ("·", "cyan"), "warn": ("!", "yellow"),
         "fail": ("✖", "red")}
 
@@ -67,17 +70,22 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
             report.add(*placing[report.host])
     failed = sum(not report.ok for report in reports)
     if as_json:
-        print_json({"ok": not failed, "warnings": [*plan.warnings, EXPOSURE_WARNING], "hosts": [
+        print_json({"ok": not failed, "warnings": [*plan.warnings, exposure(plan)], "hosts": [
             {"host": r.host, "ok": r.ok,
              "findings": [{"level": f.level, "text": f.text} for f in r.findings]}
             for r in reports]})
     else:
-        _print_reports(reports, verbose, plan.warnings)
+        _print_reports(reports, verbose, (*plan.warnings, exposure(plan)))
     if failed:
         secho(f"{failed} of {len(reports)} hosts failed the check", err=True, fg="red")
         sys.exit(EXIT_FAILED)
     if not as_json:
         secho(f"all {len(reports)} hosts ready", fg="green")
+
+
+def exposure(plan: Plan) -> str:
+    """What anyone on the network can reach: TensorFlow's task ports, or rank 0's."""
+    return GROUP_EXPOSURE_WARNING if plan.inventory.job.style == "env" else EXPOSURE_WARNING
 
 
 def _place_free(fleet: Fleet, plan: Plan) -> tuple[Plan, dict[str, tuple[Level, str]]]:
@@ -113,5 +121,5 @@ def _print_reports(reports: list[HostReport], verbose: bool, warnings: Sequence[
                 continue
             mark, colour = MARK[f.level]
             echo(f"  {click.style(mark, fg=colour)} {report.host}: {f.text}")
-    for text in (*warnings, EXPOSURE_WARNING):  # the plan's (as `tfctl plan` prints them)
+    for text in warnings:  # the plan's (as `tfctl plan` prints them), and the ports' exposure
         echo(f"  {click.style(MARK['warn'][0], fg=MARK['warn'][1])} {text}")
