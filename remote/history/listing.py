@@ -36,6 +36,8 @@ class RunSummary:
     """Host → what each GPU the run held there cost (None: the host did not say)."""
     oneoff: dict[str, Any] | None = None
     """A one-off command's run (`tfctl run`): its command, name, sweep and point; else None."""
+    framework: str | None = None
+    """The framework of the job the run is (tensorflow, torch, jax); None for a one-off's."""
 
     @property
     def cost(self) -> RunCost:
@@ -53,7 +55,7 @@ class RunSummary:
                 "finished_at": self.finished_at, "duration_s": self.duration_s,
                 "live": self.live, "ended": self.ended, "exit_code": self.exit_code,
                 "tasks": self.tasks, "hosts": self.hosts, "outputs": self.outputs,
-                "oneoff": self.oneoff, **self.cost.to_json()}
+                "oneoff": self.oneoff, "framework": self.framework, **self.cost.to_json()}
 
 
 def list_runs(fleet: Fleet) -> tuple[list[RunSummary], dict[str, str]]:
@@ -79,6 +81,7 @@ def merge_runs(by_host: Mapping[str, Sequence[Mapping[str, Any]]],
                 run.started_at = min(run.started_at or created, created)
             run.tasks += [str(t) for t in raw.get("tasks") or []]
             run.oneoff = run.oneoff or raw.get("oneoff")
+            run.framework = run.framework or raw.get("framework")
             run.outputs += [f"{host}:{workdirs.get(host, '?')}/{o}" for o in raw.get("outputs")
                             or []]
             _take_end(run, raw.get("finished"))

@@ -36,6 +36,7 @@ def runs(ctx: click.Context, as_json: bool) -> None:
       tfctl runs --json | jq '.runs[0].ended'
       tfctl runs --json | jq '.runs[] | {run_id, gpu_hours, energy_wh, energy_note}'
     """
+    from tfctl.inventory.frameworks import FRAMEWORKS
     from tfctl.remote.connect.fleet import Fleet
     from tfctl.remote.history.cost import WHOLE_BOARD, hours_text
     from tfctl.remote.history.listing import list_runs
@@ -58,7 +59,8 @@ def runs(ctx: click.Context, as_json: bool) -> None:
         held = f"{hours_text(cost.gpu_hours)} GPU-h"
         click.echo(f"{run.run_id}  {started}  {took:>9}  {held:>12}  {cost.energy_text():>11}  "
                    f"{run.ended or 'running'}")
-        click.echo(f"    {len(run.tasks)} tasks on {', '.join(run.hosts)} · outputs "
+        job = f"{FRAMEWORKS[run.framework].title}: " if run.framework in FRAMEWORKS else ""
+        click.echo(f"    {job}{len(run.tasks)} tasks on {', '.join(run.hosts)} · outputs "
                    f"{', '.join(run.outputs) or '–'}")
         if run.oneoff:
             click.echo(f"    {oneoff_words(run.oneoff)}")

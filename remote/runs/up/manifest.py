@@ -32,6 +32,8 @@ def host_manifest(plan: Plan, host: str, run_id: str, start_timeout_s: float
                 "tasks": [task_manifest(x, plan) for x in plan.on_host(host)]}
     if plan.oneoff is not None:
         manifest["oneoff"] = dict(plan.oneoff)
+    else:  # whose job it is (`tfctl runs` says it): a one-off command has no framework
+        manifest["framework"] = plan.inventory.job.framework
     return manifest
 
 
