@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tests.support.procs import alive, children
 
@@ -248,3 +248,37 @@ def unix_clients(path: str) -> set[int]:
             pids.update(int(part.split("=")[1].split(",")[0].rstrip(")"))
                         for part in row[8].split(",") if part.startswith("pid="))
     return pids
+
+
+# ---------------------------------------------------------------- what the dashboard costs a host
+
+def host_costs(testbed: Any) -> dict[str, dict[str, int]]:
+    """host → how many SSH connections (sshd processes serving one: every sshd of the host but
+    the listener), agent sessions and nvidia-smi streams (`-lms`: the GPU telemetry) run there,
+    counting only what runs in two looks a second apart: an exec that comes and goes (the
+    compute-apps query, a user lookup) is not what a viewer keeps. The lab's idle sampler,
+    which outlives the request that started it by design (remote/agent/lab.py), is none of
+    these."""
+    from tests.support.holders import agents, cmdline
+    from tests.support.testbedtools import ssh_sessions
+
+    def look() -> dict[str, dict[str, set[int]]]:
+        sessions = agents(testbed)
+        return {h: {"ssh": set(ssh_sessions(testbed, h)), "agents": sessions[h],
+                    "nvidia-smi streams": {p for p in testbed.pids_in(h)
+                                           if _streams_nvidia_smi(cmdline(p))}}
+                for h in testbed.names}
+
+    first = look()
+    time.sleep(1.0)
+    second = look()
+    return {h: {what: len(first[h][what] & second[h][what]) for what in first[h]}
+            for h in testbed.names}
+
+
+def _streams_nvidia_smi(command_line: str) -> bool:
+    """nvidia-smi in loop mode (or the testbed's stand-in, a script run by python, so), not a
+    shell that names it."""
+    words = command_line.split()
+    return "-lms" in words and any(
+        os.path.basename(w) in ("nvidia-smi", "nvidia_smi_standin.py") for w in words[:2])

@@ -1,5 +1,6 @@
 """`tfctl ui` (and bare `tfctl`): the Textual dashboard over the real lab, in the terminal or,
-with `--web`, served to browsers (tui/web/: one dashboard process per browser tab).
+with `--web`, served to browsers (tui/web/: one dashboard process per browser tab, every tab
+reading the one set of sources the server runs, its hub).
 
 Textual and the app are imported inside the command, so headless commands never load them;
 textual-serve and aiohttp only under `--web`. The GPU watch (`RunController.gpu_watch`: telemetry
@@ -9,7 +10,6 @@ hub, owners and findings) and the TensorBoard tunnel come from the controller.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from functools import partial
 from typing import TYPE_CHECKING
@@ -20,8 +20,8 @@ from tfctl.tui.cli.context import EXIT_FAILED, Context, obj
 from tfctl.tui.cli.output import echo, say, secho, warn
 
 if TYPE_CHECKING:
+    from tfctl.remote.connect.transport import SshOptions
     from tfctl.remote.controller import RunController
-    from tfctl.tui.web.viewer import Viewer
 
 WEB_PORT = 8123
 """`ui --web`'s port unless --port says otherwise."""
@@ -46,9 +46,11 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
                    "the dashboard to whoever reaches it and has the address.")
 @click.option("--web-viewer", is_flag=True, hidden=True,
               help="One browser tab's dashboard (what --web starts per tab).")
+@click.option("--web-hub", metavar="SOCKET", default=None, hidden=True,
+              help="With --web-viewer: the socket of the server's hub, its sources.")
 @click.pass_context
 def ui(ctx: click.Context, gpu_refresh_s: float, task_refresh_s: float, web: bool,
-       port: int | None, bind_host: str | None, web_viewer: bool) -> None:
+       port: int | None, bind_host: str | None, web_viewer: bool, web_hub: str | None) -> None:
     """The dashboard: every host's GPUs, the job's tasks and logs, and keys for up/down/sync.
 
     Keys: u up · d down · s sync · r restart task · t tunnel · x shell · l logs · g GPUs ·
@@ -70,59 +72,58 @@ def ui(ctx: click.Context, gpu_refresh_s: float, task_refresh_s: float, web: boo
         serve_web(c, WEB_PORT if port is None else port, bind_host or "127.0.0.1",
                   gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s)
         return
+    if web_viewer:  # a browser tab's: every source is the server's hub's (tui/web/hub.py)
+        if web_hub is None:
+            raise click.UsageError("--web-viewer needs --web-hub")
+        from tfctl.tui.web.viewer import run_viewer
+
+        run_viewer(web_hub, gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s)
+        return
     from tfctl.remote.controller import RunController
 
-    viewer: Viewer | None = None
-    if web_viewer:  # a browser tab's: the server's holder lends it the hosts' agent sessions
-        from tfctl.tui.web.viewer import Viewer
-
-        viewer, options = Viewer(), c.ssh_options()
-    else:  # its own connections for as long as it runs: it needs no holder
-        # (remote/connect/hold), and one would stay, lent out, for the dashboard's whole life.
-        options = dataclasses.replace(c.ssh_options(), persist_s=0.0)
-    controller = RunController(c.load(), options)
+    controller = RunController(c.load(), dashboard_options(c))
     try:
-        run_app(controller, gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s,
-                viewer=viewer)
+        run_app(controller, gpu_refresh_s=gpu_refresh_s, task_refresh_s=task_refresh_s)
     finally:
         controller.close()
 
 
+def dashboard_options(c: Context) -> SshOptions:
+    """How the dashboard connects, in a terminal and in the web server's hub: its own
+    connections for as long as it runs. It needs no holder (remote/connect/hold), and one
+    would stay, lent out, for the dashboard's whole life."""
+    return dataclasses.replace(c.ssh_options(), persist_s=0.0)
+
+
 def run_app(controller: RunController, *, gpu_refresh_s: float = 1.0,
-            task_refresh_s: float = 2.0, viewer: Viewer | None = None) -> None:
+            task_refresh_s: float = 2.0) -> None:
     """Show the dashboard over an existing controller until the user quits (`tfctl demo`
-    uses this too), or, with a `viewer`, in its browser tab. The caller keeps the controller
-    and closes it."""
+    uses this too). The caller keeps the controller and closes it."""
     from tfctl.tui.app.factory import make_app
+    from tfctl.tui.app.terminate import exit_on_sigterm
 
     watch = controller.gpu_watch()  # the hub is the app's TelemetrySource; it starts it
     app = make_app(controller, watch.hub, owners=watch.owner_of, findings=watch,
                    tunnel=controller.tensorboard_tunnel(), gpu_refresh_s=gpu_refresh_s,
                    task_refresh_s=task_refresh_s, reporter=partial(_report_page, controller),
-                   shell=partial(_shell, controller),
-                   opener=None if viewer is None else viewer.open_page)
-    if viewer is None:
-        from tfctl.tui.app.terminate import exit_on_sigterm
-
-        with exit_on_sigterm(app):
-            app.run()
-    else:
-        viewer.run(app)
+                   shell=partial(_shell, controller))
+    with exit_on_sigterm(app):
+        app.run()
 
 
 def serve_web(c: Context, port: int, host: str, *, gpu_refresh_s: float,
               task_refresh_s: float) -> None:
     """`ui --web`: the dashboard for browsers until Ctrl-C (tui/web/server.py); each tab runs
-    `viewer_argv`, which names every option of this command line but the token."""
+    `viewer_argv`, reading the sources of the server's hub (tui/web/hub.py): the hosts see
+    one dashboard however many tabs are open."""
     import socket
 
+    from tfctl.tui.web.hub import DashboardHub
     from tfctl.tui.web.server import DashboardServer
 
     inv = c.load()  # a broken inventory is said once, here, not in every tab
-    if c.persist_s > 0 and any(h.transport != "local" for h in inv.hosts):
-        from tfctl.remote.connect.hold.borrow import start_holder
-
-        start_holder(c.persist_s)  # the viewers borrow from it; it outlives us by --persist
+    hub = DashboardHub(inv, dashboard_options(c), task_refresh_s=task_refresh_s,
+                       report=_report_page)
     if host not in LOOPBACK:
         warn(f"--host {host}: the dashboard listens beyond this machine, over plain HTTP; "
              "whoever reaches the port with the address drives it (127.0.0.1 and `ssh -L` "
@@ -139,27 +140,30 @@ def serve_web(c: Context, port: int, host: str, *, gpu_refresh_s: float,
         say(f"from a laptop: ssh -L {LAPTOP_PORT}:{target}:{bound_port} {server_name}, then "
             f"open http://127.0.0.1:{LAPTOP_PORT}/?token={token}")
 
-    server = DashboardServer(viewer_argv(c, gpu_refresh_s, task_refresh_s), host=host,
-                             port=port, title=f"tfctl · {inv.name}", on_ready=ready)
+    try:
+        hub_socket = hub.listen()
+    except OSError as exc:
+        where = exc.filename or "the user's runtime folder"
+        secho(f"error: cannot open the dashboard's socket in {where}: {exc.strerror or exc}",
+              fg="red", err=True)
+        sys.exit(EXIT_FAILED)
+    server = DashboardServer(viewer_argv(str(hub_socket), gpu_refresh_s, task_refresh_s),
+                             host=host, port=port, title=f"tfctl · {inv.name}", on_ready=ready)
     try:
         server.serve()
     except OSError as exc:
         secho(f"error: cannot listen on {host} port {port}: {exc.strerror or exc}; choose "
               "another --port (0: any free one)", fg="red", err=True)
         sys.exit(EXIT_FAILED)
+    finally:
+        hub.close()
 
 
-def viewer_argv(c: Context, gpu_refresh_s: float, task_refresh_s: float) -> list[str]:
-    """The command of one browser tab's dashboard: this `tfctl ui`'s options, files made
-    absolute, as `ui --web-viewer`."""
-    argv = [sys.executable, "-m", "tfctl.tui", "-i", os.path.abspath(c.inventory_file()),
-            "--connect-timeout", str(c.connect_timeout_s), "--persist", str(c.persist_s)]
-    if c.hostfile is not None:
-        argv += ["--hostfile", os.path.abspath(c.hostfile)]
-    if c.accept_new_host_keys:
-        argv.append("--accept-new-host-keys")
-    return [*argv, "ui", "--web-viewer", "--gpu-refresh", str(gpu_refresh_s),
-            "--task-refresh", str(task_refresh_s)]
+def viewer_argv(hub: str, gpu_refresh_s: float, task_refresh_s: float) -> list[str]:
+    """The command of one browser tab's dashboard, `ui --web-viewer` over the hub at `hub`
+    (the inventory and how to connect are the hub's)."""
+    return [sys.executable, "-m", "tfctl.tui", "ui", "--web-viewer", "--web-hub", hub,
+            "--gpu-refresh", str(gpu_refresh_s), "--task-refresh", str(task_refresh_s)]
 
 
 def _shell(controller: RunController, target: str) -> int:
