@@ -1,7 +1,7 @@
 """The dashboard's hub (tui/web/hub.py), without a browser: what crosses its socket
-(hubwire.py), its shared reads and log feed, and a hub over a `transport: local` inventory read
-by two tabs' sources (hubsources.py) as their dashboards poll it: the hosts are read once,
-whatever the number of tabs."""
+(hubwire.py), its shared reads and log feed (hubreads.py), and a hub over a `transport: local`
+inventory read by two tabs' sources (hubsources.py) as their dashboards poll it: the hosts are
+read once, whatever the number of tabs."""
 
 from __future__ import annotations
 
@@ -24,14 +24,8 @@ from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuSample
 from tfctl.remote.runs.logs import LogBatch
 from tfctl.tui.web import hubwire
-from tfctl.tui.web.hub import (
-    DashboardHub,
-    HubBusy,
-    LogFeed,
-    SharedReads,
-    TelemetryNews,
-    samples_since,
-)
+from tfctl.tui.web.hub import DashboardHub, HubBusy
+from tfctl.tui.web.hubreads import LogFeed, SharedReads, TelemetryNews, samples_since
 from tfctl.tui.web.hubsources import HubSources, HubTelemetry, connect
 
 

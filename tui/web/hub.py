@@ -13,10 +13,11 @@ dashboard whatever the number of tabs: a second tab, or a tenth, costs them noth
   the run every `RUN_RECHECK_S`, each of its hosts' tasks `task_refresh_s` after the last read
   of that host ended (one thread per host: a dead host delays nobody), its logs every
   `log_refresh_s` from the hosts that answer, the findings (the GPUs' owners read again) every
-  `task_refresh_s`. A tab's poll is answered with the last read (`SharedReads.latest`); only
+  `task_refresh_s`. A tab's poll is answered with the last read (hubreads.py's
+  `SharedReads.latest`); only
   one asked before any read, or after an action, waits for a read.
-- **One log follower per run** (`LogFeed`): its lines are kept (the last `LOG_LINES_KEPT`),
-  numbered, and each tab reads those after the last it has.
+- **One log follower per run** (hubreads.py's `LogFeed`): its lines are kept, numbered, and
+  each tab reads those after the last it has.
 - **The GPUs' samples and owners** are the watch's, in memory.
 - **What a user asks for** (the lab, the past runs, the end of a run's status) is read when a
   tab asks, shared by the tabs asking within `FRESH_FRACTION` of a task refresh.
@@ -31,21 +32,19 @@ dashboard whatever the number of tabs: a second tab, or a tenth, costs them noth
 from __future__ import annotations
 
 import contextlib
-import math
 import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfctl.remote.errors import HostUnreachable
-from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry, TimedSample
 from tfctl.remote.gpus.owners import owner_lookup
 from tfctl.tui.web import hubwire
+from tfctl.tui.web.hubreads import LogFeed, LogNews, SharedReads, TelemetryNews, samples_since
 from tfctl.tui.web.hubwire import CALL, EVENT, RAISED, RESULT
 
 if TYPE_CHECKING:
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
     from tfctl.inventory.plan import Plan
     from tfctl.remote.connect.transport import SshOptions
     from tfctl.remote.controller import RunController
-    from tfctl.remote.runs.logs import LogFollower
 
 T = TypeVar("T")
 
@@ -63,10 +61,6 @@ than this part of a task refresh ago: tabs asking at once share one read."""
 RUN_RECHECK_S = 10.0
 """How often the dashboard looks for a run started elsewhere (its workers' RUN_RECHECK_S)."""
 LOG_REFRESH_S = 1.0
-FIRST_TAIL_LINES = 200
-"""The lines of each task's log the first read of a run takes (the dashboard's own)."""
-LOG_LINES_KEPT = 5000
-"""The log lines kept for tabs: what a tab opened later starts with."""
 NOT_IN_RUN_S = 0.5
 """How often a host's poll looks whether the run is known yet and has tasks there (no read
 of the host: the run's own poll finds it)."""
@@ -86,138 +80,8 @@ class Hello:
     reports: bool
 
 
-@dataclass(frozen=True)
-class TelemetryNews:
-    """Every host's GPUs now, their owners' labels, and the samples since a tab's last."""
-
-    snapshots: dict[str, HostTelemetry]
-    owners: dict[tuple[str, str], str]
-    samples: tuple[tuple[str, TimedSample], ...]
-
-
-@dataclass(frozen=True)
-class LogNews:
-    """A run's log lines after a tab's `cursor`, the hosts the last read failed on, and the
-    cursor to ask from next."""
-
-    lines: list[tuple[str, str]]
-    errors: dict[str, str]
-    cursor: int
-
-
 class HubBusy(RuntimeError):
     """Another tab's action is under way (the hub runs one at a time)."""
-
-
-@dataclass
-class _Read:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    started_s: float = -math.inf
-    generation: int = -1
-    value: Any = None
-    error: BaseException | None = None
-
-
-class SharedReads:
-    """Reads of the hosts, kept by key for every tab. A read under way holds its key: whoever
-    asks meanwhile waits for its answer instead of reading again. A read that failed is kept
-    as its error (an unreachable host is said to every tab). `clear` (after an action) makes
-    every kept read old, those under way included."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._reads: dict[Hashable, _Read] = {}
-        self._lock = threading.Lock()
-        self._generation = 0
-
-    def _entry(self, key: Hashable) -> _Read:
-        with self._lock:
-            return self._reads.setdefault(key, _Read())
-
-    def latest(self, key: Hashable, read: Callable[[], T]) -> T:
-        """The last read of `key`, whatever its age (the hub's polls keep it fresh); read now
-        if there is none since the last `clear`."""
-        return self.fresh(key, math.inf, read)
-
-    def fresh(self, key: Hashable, max_age_s: float, read: Callable[[], T]) -> T:
-        """The read of `key` begun less than `max_age_s` ago, else a new one."""
-        entry = self._entry(key)
-        with entry.lock:
-            if entry.generation != self._generation or \
-                    self.clock() - entry.started_s >= max_age_s:
-                self._read(entry, read)
-            return self._answer(entry)
-
-    def refresh(self, key: Hashable, read: Callable[[], object]) -> None:
-        """Read `key` now (a poll of the hub's), its error kept as its answer."""
-        entry = self._entry(key)
-        with entry.lock:
-            self._read(entry, read)
-
-    def peek(self, key: Hashable) -> Any:
-        """The last answer read for `key` since the last `clear`, or None (none, or an
-        error); never reads."""
-        entry = self._entry(key)
-        if entry.generation != self._generation or entry.error is not None:
-            return None
-        return entry.value
-
-    def failed(self, key: Hashable) -> BaseException | None:
-        """The error the last read of `key` ended in, if it failed."""
-        entry = self._entry(key)
-        return entry.error if entry.generation == self._generation else None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._generation += 1
-
-    def _read(self, entry: _Read, read: Callable[[], object]) -> None:
-        entry.generation, entry.started_s = self._generation, self.clock()
-        try:
-            entry.value, entry.error = read(), None
-        except Exception as exc:
-            entry.value, entry.error = None, exc
-
-    @staticmethod
-    def _answer(entry: _Read) -> Any:
-        if entry.error is not None:
-            raise entry.error
-        return entry.value
-
-
-class LogFeed:
-    """One run's logs, followed once for every tab (see the module)."""
-
-    def __init__(self, follower: LogFollower, keep: int = LOG_LINES_KEPT) -> None:
-        self.follower = follower
-        self._lines: deque[tuple[int, str, str]] = deque(maxlen=keep)
-        self._next = 0
-        self._errors: dict[str, str] = {}
-        self._polled = False
-        self._lock = threading.Lock()
-
-    def poll(self, hosts: Sequence[str]) -> None:
-        """Read the new lines from `hosts` (those that answer): the hub's poll."""
-        self.follower.hosts = list(hosts)
-        try:
-            batch = self.follower.poll(tail_lines=None if self._polled else FIRST_TAIL_LINES)
-        except Exception as exc:  # the tabs say it, as the terminal's log pane does
-            lines, errors = [], {"": f"{type(exc).__name__}: {exc}"}
-        else:
-            lines, errors = batch.lines, dict(batch.errors)
-        self._polled = True
-        with self._lock:
-            for task, line in lines:
-                self._lines.append((self._next, task, line))
-                self._next += 1
-            self._errors = errors
-
-    def since(self, cursor: int | None) -> LogNews:
-        """The lines kept from `cursor` on (None: all of them)."""
-        with self._lock:
-            start = -1 if cursor is None else cursor
-            lines = [(task, line) for n, task, line in self._lines if n >= start]
-            return LogNews(lines, dict(self._errors), self._next)
 
 
 class _Polls:
@@ -296,22 +160,6 @@ class _Polls:
 
 def _unreachable(error: BaseException | None) -> bool:
     return isinstance(error, HostUnreachable)
-
-
-def samples_since(history: GpuHistory, since_s: float | None
-                   ) -> tuple[tuple[str, TimedSample], ...]:
-    """Every GPU's samples from `since_s` on, oldest first (each ring read from its newest end
-    back to `since_s`: a tab asks twice a second, and most of a ring it already has)."""
-    found: list[tuple[str, TimedSample]] = []
-    rings = history.keys()  # a GpuHistory's (host, uuid) pairs, not a dict's
-    for host, uuid in rings:
-        newer: list[tuple[str, TimedSample]] = []
-        for timed in reversed(history.recent(host, uuid)):
-            if since_s is not None and timed.at_s < since_s:
-                break
-            newer.append((host, timed))
-        found += reversed(newer)
-    return tuple(found)
 
 
 class _Live:

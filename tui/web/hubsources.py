@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
     from tfctl.remote.sync.result import SyncResult
-    from tfctl.tui.web.hub import Hello, LogNews, TelemetryNews
+    from tfctl.tui.web.hub import Hello
+    from tfctl.tui.web.hubreads import LogNews, TelemetryNews
 
 
 class HubClient:
