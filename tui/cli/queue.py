@@ -21,9 +21,10 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -202,6 +203,41 @@ def start_waiter(record: dict[str, Any], module: str = "tfctl.tui.cli.waiter") -
     finally:
         log.close()
     return child.pid
+
+
+def waiter_log(text: str) -> None:
+    """A line of a waiter's log (its output, the record's `ID.log`), after the local time."""
+    print(time.strftime("%Y-%m-%d %H:%M:%S ") + text, flush=True)
+
+
+class Waiting(NamedTuple):
+    """What a waiter (waiter.py for `up --when-free`, sweep.py for a sweep) starts from."""
+
+    record_id: str
+    record: dict[str, Any]
+    stop: threading.Event
+    """Set by SIGTERM (`tfctl queue cancel`) and SIGINT."""
+    deadline: float
+    """When the wait ends, in seconds since the epoch: queued at, plus its timeout."""
+    poll_s: float
+
+
+def start_waiting(path: str, what: str) -> Waiting | None:
+    """The waiter's record (at `path`, a `what` record) with its signals set: SIGTERM and SIGINT
+    set `stop`, SIGHUP is ignored (no terminal is a waiter's own). None where there is no record,
+    said in the log."""
+    record_id = path.rsplit("/", 1)[-1].removesuffix(".json")
+    record = read_record(record_id)
+    if record is None:
+        waiter_log(f"no {what} record at {path}")
+        return None
+    stop = threading.Event()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return Waiting(record_id, record, stop,
+                   float(record["queued_at"]) + float(record["timeout_s"]),
+                   float(record.get("poll_s") or DEFAULT_POLL_S))
 
 
 # ---------------------------------------------------------------- `tfctl queue`

@@ -22,7 +22,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +34,11 @@ from tfctl.tui.cli.queue import (
     queue_dir,
     read_record,
     record_fleet,
+    start_waiting,
     waiter_alive,
     write_record,
 )
+from tfctl.tui.cli.queue import waiter_log as log
 
 if TYPE_CHECKING:
     from tfctl.inventory.oneoff import Point
@@ -57,10 +58,6 @@ def point_of(entry: dict[str, Any]) -> Point:
 
     return Point(tuple(entry["argv"]), tuple((str(k), str(v))
                                              for k, v in (entry.get("values") or {}).items()))
-
-
-def log(text: str) -> None:
-    print(time.strftime("%Y-%m-%d %H:%M:%S ") + text, flush=True)
 
 
 def waiting_points(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -100,18 +97,11 @@ def wait_sweep(path: str) -> int:
     from tfctl.remote.engines.engine import UpOptions
     from tfctl.remote.oneoff import leave_tickets, place, start_points, take_tickets
 
-    sweep_id = path.rsplit("/", 1)[-1].removesuffix(".json")
-    record = read_record(sweep_id)
-    if record is None:
-        log(f"no sweep record at {path}")
+    start = start_waiting(path, "sweep")
+    if start is None:
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sweep_id, record, stop, deadline, poll_s = start
     hosts, each = list(record["wants"]), int(record["gpus_each"])
-    deadline = float(record["queued_at"]) + float(record["timeout_s"])
-    poll_s = float(record.get("poll_s") or 10.0)
     log(f"{len(waiting_points(record))} points wait for {each} free GPU"
         f"{'s' if each != 1 else ''} each on {', '.join(hosts)}")
     state, said = "started", None

@@ -20,14 +20,11 @@ import threading
 import time
 from typing import Any
 
-from tfctl.tui.cli.queue import read_record, record_fleet, update_record, wants_from
+from tfctl.tui.cli.queue import record_fleet, start_waiting, update_record, wants_from
+from tfctl.tui.cli.queue import waiter_log as log
 
 RETRY_WORDS = ("GPUs the plan assigns are in use or reserved", "`gpus: free` wants")
 """An `up` that failed with these lost a race for its GPUs: the job waits again."""
-
-
-def log(text: str) -> None:
-    print(time.strftime("%Y-%m-%d %H:%M:%S ") + text, flush=True)
 
 
 def run_up(record: dict[str, Any], stop: threading.Event) -> tuple[int, str | None, str]:
@@ -59,18 +56,11 @@ def run_up(record: dict[str, Any], stop: threading.Event) -> tuple[int, str | No
 def wait(path: str) -> int:
     from tfctl.remote.lab.queue import drop, look, put
 
-    ticket_id = path.rsplit("/", 1)[-1].removesuffix(".json")
-    record = read_record(ticket_id)
-    if record is None:
-        log(f"no queue record at {path}")
+    start = start_waiting(path, "queue")
+    if start is None:
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    ticket_id, record, stop, deadline, poll_s = start
     wants = wants_from(record)
-    deadline = float(record["queued_at"]) + float(record["timeout_s"])
-    poll_s = float(record.get("poll_s") or 10.0)
     log(f"waiting for {', '.join(f'{h}: {w.words()}' for h, w in wants.items())}")
     state, why, run_id = "cancelled", "cancelled", None
     said = None
