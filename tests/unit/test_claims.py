@@ -32,6 +32,19 @@ def _record(**extra: object) -> dict[str, object]:
     return dict(base, **extra)
 
 
+def _only_gpu1_read(folder: Path) -> list[str]:
+    """The warnings of reading `folder`, whose one claim read must be one's reservation of GPU 1."""
+    found, warnings = claims.read_claims(str(folder))
+    assert [c["file"] for c in found] == [f"{ME}.reservation.gpu1.json"]
+    return warnings
+
+
+def _skipped(folder: Path, user: str, count: int, reasons: str, first: str) -> str:
+    """The one warning for the files of `user` skipped in `folder`: how many, why, the first."""
+    return (f"claims folder {folder}: skipped {count} files of user {user} ({reasons}; the "
+            f"first: {first})")
+
+
 # ---------------------------------------------------------------- pure
 
 @pytest.mark.parametrize("raw, error", [
@@ -87,13 +100,10 @@ def test_hostile_files_are_skipped_with_one_warning_for_their_owner(tmp_path: Pa
     (folder / f"{ME}.run.empty.json").write_text("{}")
     os.mkfifo(folder / f"{ME}.run.fifo.json")
     (folder / ".alice.123.run.tmp").write_text("half written")  # a writer's temporary file
-    found, warnings = claims.read_claims(str(folder))
-    assert [c["file"] for c in found] == [f"{ME}.reservation.gpu1.json"]
-    assert warnings == [
-        f"claims folder {folder}: skipped 6 files of user {ME} (1 a symbolic link (not "
-        f"followed); 1 its name says run, its record reservation; 1 not JSON; 1 not a "
-        f"regular file; 1 not a tfctl-claim/1 record; 1 other reasons; the first: "
-        f"{ME}.reservation.gpu2.json)"]
+    assert _only_gpu1_read(folder) == [_skipped(
+        folder, ME, 6, "1 a symbolic link (not followed); 1 its name says run, its record "
+        "reservation; 1 not JSON; 1 not a regular file; 1 not a tfctl-claim/1 record; 1 other "
+        "reasons", f"{ME}.reservation.gpu2.json")]
     (folder / f"{ME}.run.bad.json").unlink()
     for name in ("empty", "fifo", "huge", "kind"):
         (folder / f"{ME}.run.{name}.json").unlink()
@@ -108,13 +118,11 @@ def test_ones_own_flood_bounds_ones_own_files_and_tfctls_names_are_read_first(
     claims.write_claim("reservation", "gpu1", _record(), str(folder))
     for n in range(claims.MAX_FILES_PER_OWNER + 50):
         (folder / f"{ME}.reservation.a{n:04d}.json").write_text("{}")  # sorts before gpu1
-    found, warnings = claims.read_claims(str(folder))
-    assert [c["file"] for c in found] == [f"{ME}.reservation.gpu1.json"]
-    assert warnings == [
-        f"claims folder {folder}: skipped {claims.MAX_FILES_PER_OWNER + 50} files of user {ME} "
-        f"({claims.MAX_FILES_PER_OWNER - 1} not a tfctl-claim/1 record; 51 not read (at most "
-        f"{claims.MAX_FILES_PER_OWNER} files of one user are read); the first: "
-        f"{ME}.reservation.a0000.json)"]
+    assert _only_gpu1_read(folder) == [_skipped(
+        folder, ME, claims.MAX_FILES_PER_OWNER + 50,
+        f"{claims.MAX_FILES_PER_OWNER - 1} not a tfctl-claim/1 record; 51 not read (at most "
+        f"{claims.MAX_FILES_PER_OWNER} files of one user are read)",
+        f"{ME}.reservation.a0000.json")]
 
 
 def test_a_folder_that_is_a_link_or_not_sticky_is_not_used(tmp_path: Path) -> None:
@@ -165,11 +173,11 @@ def test_another_users_flood_hides_no_claim(tmp_path: Path) -> None:
     found, warnings = claims.read_claims(str(folder))
     assert sorted((c["user"], c["gpus"], c["state"]) for c in found) == sorted([
         (ME, [1], "live"), (nobody, [3], "live")])
-    assert warnings == [
-        f"claims folder {folder}: skipped 1803 files of user {nobody} (1373 not read (at most "
-        f"{claims.MAX_FILES_PER_OWNER} files of one user are read); 300 named after user {ME}; "
-        f"{claims.MAX_FILES_PER_OWNER - 1} not a tfctl-claim/1 record; 1 a symbolic link (not "
-        f"followed); 1 not a regular file; 1 other reasons; the first: {nobody}.run.fifo.json)"]
+    assert warnings == [_skipped(
+        folder, nobody, 1803, f"1373 not read (at most {claims.MAX_FILES_PER_OWNER} files of one "
+        f"user are read); 300 named after user {ME}; {claims.MAX_FILES_PER_OWNER - 1} not a "
+        "tfctl-claim/1 record; 1 a symbolic link (not followed); 1 not a regular file; 1 other "
+        "reasons", f"{nobody}.run.fifo.json")]
 
 
 @needs_root

@@ -7,31 +7,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from tests.support.inventories import yaml_text
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.plan import with_ports
 
-PARAMETER_SERVER = """
-name: t
-hosts:
-  - {name: a, gpus: 2, ps: 1}
-  - {name: b, gpus: 1, ps: 0}
-job:
-  script: train.py
-  strategy: parameter_server
-  chief: true
-  tensorboard: {host: a}
-"""
-
-FLAGS = """
-name: t
-hosts:
-  - {name: a, gpus: 2, ps: 1}
-  - {name: b, gpus: 1, ps: 0}
-job:
-  script: train.py
-  args: [--steps=5]
-  strategy: flags
-"""
+TWO_HOSTS = "- {name: a, gpus: 2, ps: 1}\n- {name: b, gpus: 1, ps: 0}"
+PARAMETER_SERVER = yaml_text(TWO_HOSTS, "strategy: parameter_server\nchief: true\n"
+                                        "tensorboard: {host: a}")
+FLAGS = yaml_text(TWO_HOSTS, "args: [--steps=5]\nstrategy: flags")
 
 
 def test_a_narrowed_plan_stays_narrow_and_its_tf_config_names_the_new_ports() -> None:
