@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import NVIDIA_SMI_STANDIN, standin_first_on_path
+from tests.support.fakes import (
+    NVIDIA_SMI_STANDIN,
+    NVML_MISMATCH,
+    make_standin_fail,
+    standin_first_on_path,
+)
 from tfctl.remote.agent.lab import LabNvsmiReading, query_gpus
 
 
@@ -56,16 +61,14 @@ def test_both_queries_run_at_once(standin: Path, tmp_path: Path) -> None:
     assert (tmp_path / "log").read_text().split() == ["together", "together"]
 
 
-@pytest.mark.parametrize(("env", "said"), [
-    ({"TFCTL_TEST_NVSMI_FAIL": "Failed to initialize NVML: Driver/library version mismatch"},
-     "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch"),
-    ({"TFCTL_TEST_NVSMI_GPUS": "0"}, "nvidia-smi lists no GPUs"),
-    ({"PATH": "/usr/bin:/bin"}, "no nvidia-smi on the PATH there"),
+@pytest.mark.parametrize(("how", "said"), [
+    ("nvml", f"nvidia-smi failed: {NVML_MISMATCH}"),
+    ("no_gpus", "nvidia-smi lists no GPUs"),
+    ("not_on_path", "no nvidia-smi on the PATH there"),
 ])
 def test_a_host_whose_gpus_cannot_be_read_says_why(
-        standin: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str) -> None:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+        standin: Path, monkeypatch: pytest.MonkeyPatch, how: str, said: str) -> None:
+    make_standin_fail(how, monkeypatch)
     assert query_gpus() == ([], [], said)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fakes import standin_first_on_path
+from tests.support.fakes import NVML_MISMATCH, make_standin_fail, standin_first_on_path
 from tfctl.remote.agent import record
 from tfctl.remote.agent.record import GpuRecorder
 
@@ -71,18 +71,16 @@ def test_both_drivers_record_samples_with_the_throttle_mask(
     assert all(len(r) == 7 and r[6].startswith("0x") for r in rows)  # the mask is recorded
 
 
-@pytest.mark.parametrize(("env", "why"), [
-    ({"TFCTL_TEST_NVSMI_GPUS": "0"}, "No devices were found"),
-    ({"TFCTL_TEST_NVSMI_FAIL": "Failed to initialize NVML: Driver/library version mismatch"},
-     "Failed to initialize NVML: Driver/library version mismatch"),
-    ({"TFCTL_TEST_NVSMI_HANG": "1"}, "nvidia-smi did not answer in 1 s"),
-    ({"PATH": "/usr/bin:/bin"}, "nvidia-smi was not found on the PATH"),
+@pytest.mark.parametrize(("how", "why"), [
+    ("no_gpus", "No devices were found"),
+    ("nvml", NVML_MISMATCH),
+    ("hangs", "nvidia-smi did not answer in 1 s"),
+    ("not_on_path", "nvidia-smi was not found on the PATH"),
 ])
 def test_where_nothing_is_recorded_gpus_json_says_why(
-        standin: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], why: str) -> None:
+        standin: Path, monkeypatch: pytest.MonkeyPatch, how: str, why: str) -> None:
     monkeypatch.setattr(record, "NVSMI_ANSWER_S", 1.0)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    make_standin_fail(how, monkeypatch)
     info = _record(standin / "run")
     assert info.get("unrecorded") == why
     assert not (standin / "run" / "gpu.csv").exists()
