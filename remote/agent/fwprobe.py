@@ -12,12 +12,15 @@ them changed. The child sees every GPU of the host and takes no GPU memory
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from typing import Any
 
-from tfctl.remote.agent.tfprobe import _probe_key, _read_cache, _write_cache
+from tfctl.remote.agent.tfprobe import (
+    _probe_key,
+    _read_cache,
+    _write_cache,
+    ask_child_python,
+)
 
 FW_DISTRIBUTIONS = ("torch", "jax", "jaxlib", "keras")
 """The distributions whose versions a probe that asks about a framework reports."""
@@ -81,18 +84,6 @@ def fw_probe(name: str, versions: dict[str, str], fresh: bool = False) -> dict[s
 
 
 def _fw_ask(name: str) -> dict[str, Any]:
-    import subprocess
-
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     env.update(XLA_PYTHON_CLIENT_PREALLOCATE="false", TF_CPP_MIN_LOG_LEVEL="3")
-    try:
-        done = subprocess.run([sys.executable, "-c", FW_PROBE_CODE[name]], capture_output=True,
-                              text=True, timeout=FW_PROBE_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        return {"importable": False, "error": f"`import {name}` took over {FW_PROBE_TIMEOUT_S} s"}
-    for line in done.stdout.splitlines():
-        if line.startswith("FWPROBE "):
-            return dict(json.loads(line[len("FWPROBE "):]), importable=True)
-    lines = [x for x in (done.stderr or done.stdout).strip().splitlines() if x.strip()]
-    return {"importable": False,
-            "error": lines[-1] if lines else f"exited {done.returncode} without a word"}
+    return ask_child_python(FW_PROBE_CODE[name], "FWPROBE", name, FW_PROBE_TIMEOUT_S, env)

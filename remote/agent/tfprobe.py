@@ -65,19 +65,26 @@ def _probe_key(installed: dict[str, str]) -> str:
 
 
 def _ask_tensorflow() -> dict[str, Any]:
-    import subprocess
-
     # Every GPU of the host, whatever mask the agent's own environment carries.
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    return ask_child_python(TF_PROBE_CODE, "TFPROBE", "tensorflow", TF_PROBE_TIMEOUT_S, env)
+
+
+def ask_child_python(code: str, marker: str, module: str, timeout_s: float,
+                     env: dict[str, str]) -> dict[str, Any]:
+    """What `code`, run by a child of this interpreter with `env`, says of the framework it
+    imports (`module`): the JSON after `marker` on a line of its output, or `importable: False`
+    with why (the last line it wrote, its exit status, or its taking over `timeout_s`)."""
+    import subprocess
+
     try:
-        done = subprocess.run([sys.executable, "-c", TF_PROBE_CODE], capture_output=True,
-                              text=True, timeout=TF_PROBE_TIMEOUT_S, env=env)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                              text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
-        return {"importable": False,
-                "error": f"`import tensorflow` took over {TF_PROBE_TIMEOUT_S} s"}
+        return {"importable": False, "error": f"`import {module}` took over {timeout_s} s"}
     for line in done.stdout.splitlines():
-        if line.startswith("TFPROBE "):
-            return dict(json.loads(line[len("TFPROBE "):]), importable=True)
+        if line.startswith(marker + " "):
+            return dict(json.loads(line[len(marker) + 1:]), importable=True)
     lines = [x for x in (done.stderr or done.stdout).strip().splitlines() if x.strip()]
     return {"importable": False,
             "error": lines[-1] if lines else f"exited {done.returncode} without a word"}
