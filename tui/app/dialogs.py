@@ -1,5 +1,5 @@
 """Modal screens: a yes/no confirmation for destructive actions (and for launching onto busy
-GPUs), and the key help."""
+GPUs), the key help, and the frame of a table read from the hosts (past runs, the lab)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, DataTable, Static
 
 HELP_TEXT = """\
 [b]Actions[/b] (each runs in the background; results appear as notifications)
@@ -83,4 +83,43 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
     def on_click(self) -> None:
+        self.dismiss(None)
+
+
+READING = "reading the hosts…"
+
+
+class TableDialog(ModalScreen[None]):
+    """A table over the dashboard, its rows read from the hosts by the subclass's `load` (a
+    thread worker, so the screen never blocks), a status line under it; Esc closes. The ids
+    are `NAME` (the table), `NAME-title` and `NAME-status`."""
+
+    NAME: ClassVar[str]
+    HEADING: ClassVar[str]
+    COLUMNS: ClassVar[tuple[str, ...]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status_text = READING
+
+    def say(self, text: str) -> None:
+        """The status line under the table (kept as text too: tests read it)."""
+        self.status_text = text
+        self.query_one(f"#{self.NAME}-status", Static).update(text)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(self.HEADING, id=f"{self.NAME}-title")
+            yield DataTable(id=self.NAME, cursor_type="row")
+            yield Static(READING, id=f"{self.NAME}-status")
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*self.COLUMNS)
+        self.load()
+
+    def load(self) -> object:
+        """Read the rows (the subclass's thread worker), posted back as a message."""
+        raise NotImplementedError
+
+    def action_close(self) -> None:
         self.dismiss(None)

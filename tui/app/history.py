@@ -13,12 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
+
+from tfctl.tui.app.dialogs import TableDialog
 
 Reporter = Callable[[str], str]
 """Run id → the path of its written report page."""
@@ -50,7 +49,7 @@ def describe_run(run: Any) -> tuple[str, str, str, str]:
     return run.run_id, started, took, run.ended or "running"
 
 
-class RunsScreen(ModalScreen[None]):
+class RunsScreen(TableDialog):
     """The past runs; Enter writes and opens the selected run's report, Esc closes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -58,27 +57,15 @@ class RunsScreen(ModalScreen[None]):
         Binding("enter", "report", "Report"),
     ]
 
+    NAME = "runs"
+    HEADING = "Past runs · Enter: the run's report · Esc: close"
+    COLUMNS = ("run", "started", "took", "ended")
+
     def __init__(self, list_runs: Callable[[], Sequence[Any]], reporter: Reporter | None,
                  opener: Callable[[str], object]) -> None:
         super().__init__()
         self.list_runs, self.reporter, self.opener = list_runs, reporter, opener
         self.run_ids: list[str] = []
-        self.status_text = "reading the hosts…"
-
-    def say(self, text: str) -> None:
-        """The status line under the table (kept as text too: tests read it)."""
-        self.status_text = text
-        self.query_one("#runs-status", Static).update(text)
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Static("Past runs · Enter: the run's report · Esc: close", id="runs-title")
-            yield DataTable(id="runs", cursor_type="row")
-            yield Static("reading the hosts…", id="runs-status")
-
-    def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns("run", "started", "took", "ended")
-        self.load()
 
     @work(thread=True)
     def load(self) -> None:
@@ -124,6 +111,3 @@ class RunsScreen(ModalScreen[None]):
             return
         self.say(f"report: {message.page}")
         self.opener(message.page)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

@@ -11,16 +11,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from tfctl.remote.lab.view import HostLab, row_cells
-
-COLUMNS = ("host", "gpu", "state", "who", "what", "since", "util", "mem", "note")
+from tfctl.tui.app.dialogs import READING, TableDialog
 
 
 class LabRead(Message):
@@ -39,7 +35,7 @@ def lab_cells(found: HostLab) -> list[tuple[str, ...]]:
     return out
 
 
-class LabScreen(ModalScreen[None]):
+class LabScreen(TableDialog):
     """Who holds or reserves which GPU of the lab; `r` reads again, Esc closes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -47,26 +43,13 @@ class LabScreen(ModalScreen[None]):
         Binding("r", "reload", "Read again"),
     ]
 
+    NAME = "lab"
+    HEADING = "The lab · who holds which GPU · r: read again · Esc: close"
+    COLUMNS = ("host", "gpu", "state", "who", "what", "since", "util", "mem", "note")
+
     def __init__(self, read_lab: Callable[[], Sequence[Any]]) -> None:
         super().__init__()
         self.read_lab = read_lab
-        self.status_text = "reading the hosts…"
-
-    def say(self, text: str) -> None:
-        """The status line under the table (kept as text too: tests read it)."""
-        self.status_text = text
-        self.query_one("#lab-status", Static).update(text)
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Static("The lab · who holds which GPU · r: read again · Esc: close",
-                         id="lab-title")
-            yield DataTable(id="lab", cursor_type="row")
-            yield Static("reading the hosts…", id="lab-status")
-
-    def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns(*COLUMNS)
-        self.load()
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:
@@ -90,8 +73,5 @@ class LabScreen(ModalScreen[None]):
         table.focus()
 
     def action_reload(self) -> None:
-        self.say("reading the hosts…")
+        self.say(READING)
         self.load()
-
-    def action_close(self) -> None:
-        self.dismiss(None)
