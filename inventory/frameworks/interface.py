@@ -67,6 +67,12 @@ class Hint(NamedTuple):
     advice: str
 
 
+def not_installed_hint(module: str, title: str) -> Hint:
+    """The hint for a task whose interpreter lacks the framework (`No module named 'jax'`)."""
+    return Hint(re.compile(rf"No module named '?{module}", re.IGNORECASE),
+                f"{title} is not installed for the host's `python:` (`tfctl check` shows which)")
+
+
 class Framework(Protocol):
     """One entry of the registry (`frameworks/__init__.py`)."""
 

@@ -30,7 +30,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfctl.inventory.frameworks import ranks
-from tfctl.inventory.frameworks.interface import Cluster, Handed, Hint, Level, host_port
+from tfctl.inventory.frameworks.interface import (
+    Cluster,
+    Handed,
+    Hint,
+    Level,
+    host_port,
+    not_installed_hint,
+)
 from tfctl.inventory.model import Inventory, Job, WorkerLayout
 from tfctl.inventory.tasks import Place
 
@@ -113,8 +120,7 @@ def _hints() -> tuple[Hint, ...]:
              "`num_processes=int(os.environ[\"JAX_NUM_PROCESSES\"]), "
              "process_id=int(os.environ[\"JAX_PROCESS_ID\"])`, or call "
              "keras.distribution.initialize(), which reads the KERAS_DISTRIBUTION_* variables"),
-        Hint(re.compile(r"No module named '?jax"),
-             "JAX is not installed for the host's `python:` (`tfctl check` shows which)"),
+        not_installed_hint("jax", "JAX"),
         Hint(re.compile(r"Barrier timed out|DEADLINE_EXCEEDED.*(?:coordination|barrier)|"
                         r"Failed to connect to (?:the )?coordination service", re.IGNORECASE),
              "a process could not reach process 0's coordinator: JAX_COORDINATOR_ADDRESS "

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tfctl.inventory.frameworks.interface import Hint, Level
+from tfctl.inventory.frameworks.interface import Hint, Level, not_installed_hint
 
 
 def judge_install(probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
@@ -89,7 +89,6 @@ HINTS = (
                     re.IGNORECASE),
          "a task could not reach another: are the ports open between the hosts? "
          "(`tfctl check --firewall` prints rules that open them)"),
-    Hint(re.compile(r"No module named '?tensorflow", re.IGNORECASE),
-         "TensorFlow is not installed for the host's `python:` (`tfctl check` shows which)"),
+    not_installed_hint("tensorflow", "TensorFlow"),
 )
 """TensorFlow's known failures, the first match wins."""
