@@ -6,13 +6,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import leftovers
-from tests.support.testbedtools import tfctl
+from tests.support.testbedtools import Up, tfctl, up_ok
 
 pytest_plugins = ["tests.support.testbed.fixtures", "tests.support.fixtures"]
 
@@ -43,6 +43,19 @@ def down_after() -> Iterator[list[Path]]:
     yield inventories
     for inv in inventories:
         tfctl(inv, "down", "--grace", "1")
+
+
+@pytest.fixture
+def up_run(down_after: list[Path]) -> Callable[..., Up]:
+    """`up_run(inventory, *args)`: `tfctl up` with `args`, which must succeed (`Up`: the run's
+    id and what `up` printed); the inventory is brought down after the test (`down_after`)."""
+
+    def up(inventory: Path, *args: str) -> Up:
+        if inventory not in down_after:
+            down_after.append(inventory)
+        return up_ok(inventory, *args)
+
+    return up
 
 
 @pytest.fixture

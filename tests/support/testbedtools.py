@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,23 @@ def run_id_from(output: str) -> str:
         if line.startswith("run ") and " is up" in line:
             return line.split()[1]
     raise AssertionError(f"no run id in output:\n{output}")
+
+
+@dataclass(frozen=True)
+class Up:
+    """A `tfctl up` that succeeded: the run's id and what the command printed."""
+
+    run_id: str
+    stdout: str
+    stderr: str
+
+
+def up_ok(inventory: Path, *args: str) -> Up:
+    """`tfctl up` with `args`, which must succeed (the fixture `up_run` also brings it down
+    after the test)."""
+    proc = tfctl(inventory, "up", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Up(run_id_from(proc.stdout), proc.stdout, proc.stderr)
 
 
 EXAMPLES = HERE.parents[1] / "examples"
@@ -200,6 +218,18 @@ class Watched:
     def text(self) -> str:
         return "".join(self.out) + "".join(self.err)
 
+    @property
+    def run_id(self) -> str | None:
+        """The run's id, once the command said it (`tfctl: run ID ...` on its stderr)."""
+        for line in self.err:
+            if line.startswith("tfctl: run "):
+                return line.split()[2]
+        return None
+
+    def started(self, kind: str) -> set[str]:
+        """The tasks of `kind` (a prefix: "worker", "ps") of its run whose processes run."""
+        return started_tasks(self.run_id, kind)
+
     def wait_for(self, probe: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while not probe():
@@ -232,6 +262,23 @@ class Watched:
             self.proc.wait()
 
 
+def ctrl_c_up(inventory: Path, when: Callable[[Watched], bool], what: str,
+              *options: str) -> Watched:
+    """`tfctl up` with `options`, watched as from a terminal and Ctrl-C'd once `when` holds (`what`:
+    its words for an error), while it still starts its tasks: it must end 130 within 20 s,
+    without waiting for them. The run is brought down whatever happened; the command is
+    returned, ended, for its output."""
+    w = Watched(["-i", str(inventory), "up", *options], inventory.parent)
+    try:
+        w.wait_for(lambda: when(w), what)
+        w.ctrl_c()
+        assert w.finish(timeout_s=20) == 130, w.text
+    finally:
+        w.kill()
+        tfctl(inventory, "down", "--grace", "1")
+    return w
+
+
 def bound_ports(testbed: Any, ports: set[int]) -> dict[str, list[str]]:
     found = {}
     for host in testbed.names:
@@ -240,13 +287,6 @@ def bound_ports(testbed: Any, ports: set[int]) -> dict[str, list[str]]:
         if held:
             found[host] = held
     return found
-
-
-def run_id_said(w: Watched) -> str | None:
-    for line in w.err:
-        if line.startswith("tfctl: run "):
-            return line.split()[2]
-    return None
 
 
 def started_tasks(run_id: str | None, kind: str) -> set[str]:

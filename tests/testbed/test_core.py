@@ -1,4 +1,5 @@
-"""The core loop on real sshd hosts with a light job: up, status, logs, down, rollback, sync."""
+"""The core loop on real sshd hosts with a light job: up (and up --exclude), status, logs, down,
+rollback, sync."""
 
 from __future__ import annotations
 
@@ -227,3 +228,28 @@ def test_missing_python_is_one_sentence_for_check_and_up(testbed, tmp_path: Path
     assert "rolled back" in up.stderr
     for host in ("h1", "h2"):
         assert run_tagged_pids(testbed.pids_in(host)) == []
+
+
+def test_up_exclude_runs_on_the_rest_and_down_stops_it(testbed, tmp_path: Path, up_run) -> None:  # type: ignore[no-untyped-def]
+    """`up --exclude`: the run lives on the other hosts only, `status` reads them, and `down`
+    (with the whole inventory) stops exactly what was started."""
+    inv = testbed.write_inventory(
+        job_dir(tmp_path) / "cluster.yaml", FOREVER, ps={"h2": 0, "h3": 0}
+    )
+    run_id = up_run(inv, "--exclude", "h2").run_id
+    status = status_json(inv)
+    placed = {t["name"]: t["host"] for t in status["tasks"]}
+    assert placed == {"ps:0": "h1", "worker:0": "h1", "worker:1": "h3"}
+    assert all(t["state"] == "running" for t in status["tasks"])
+    assert {env["TFCTL_TASK"] for env in processes_of_run(run_id).values()} == set(placed)
+    runs_on_h2 = Path(testbed.host("h2").workdir) / ".tfctl" / "runs"  # the lab shares one disk
+    assert not runs_on_h2.exists() or run_id not in [p.name for p in runs_on_h2.iterdir()]
+    state = json.loads(Path(state_file(str(inv), "lab")).read_text())
+    assert state["hosts"] == ["h1", "h3"]
+
+    down = tfctl(inv, "down", "--grace", "1", "--json")
+    assert down.returncode == 0, down.stderr
+    summary = json.loads(down.stdout)
+    assert summary["run_id"] == run_id and summary["clean"]
+    assert sorted(summary["stopped"]) == sorted(placed)
+    assert processes_of_run(run_id) == {}

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.testbed.testbed import Testbed
-from tests.support.testbedtools import job_dir, processes_of_run, run_id_from, tfctl
+from tests.support.testbedtools import Up, job_dir, processes_of_run, tfctl
 
 JOB = {"script": "job.py", "style": "flags", "args": ["--steps=20"]}  # ~4 s
 BUSY_W = 0.85 * 250  # the stand-in's power.draw of a GPU a process holds
@@ -44,13 +44,10 @@ def _recorded(run_dir: Path) -> bool:
 
 
 def test_runs_and_report_give_each_gpus_hours_and_energy_or_why_not(
-        power_testbed: Testbed, tmp_path: Path, down_after: list[Path]) -> None:
+        power_testbed: Testbed, tmp_path: Path, up_run: Callable[..., Up]) -> None:
     inv = power_testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", JOB, hosts=["h1"],
                                         gpus={"h1": [0, 1]}, ps={"h1": 1})
-    down_after.append(inv)
-    up = tfctl(inv, "up")
-    assert up.returncode == 0, up.stdout + up.stderr
-    run_id = run_id_from(up.stdout)
+    run_id = up_run(inv).run_id
     run_dir = power_testbed.host("h1").workdir / ".tfctl" / "runs" / run_id
     deadline = time.monotonic() + 90
     while processes_of_run(run_id) or not _recorded(run_dir):

@@ -24,7 +24,6 @@ from tests.support.testbedtools import (
     environ_of,
     job_dir,
     processes_of_run,
-    run_id_from,
     status_json,
     tfctl,
     wait_until,
@@ -33,13 +32,6 @@ from tests.support.testbedtools import (
 pytestmark = pytest.mark.testbed
 
 RESTART = {"worker": "on-failure", "max": 3, "backoff": 2}
-
-
-def up(inv: Path, down_after: list[Path]) -> str:
-    down_after.append(inv)
-    proc = tfctl(inv, "up")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return run_id_from(proc.stdout)
 
 
 def tasks_of(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -67,12 +59,12 @@ def log_of(testbed: Any, host: str, run_id: str, task: str) -> str:
 
 
 def test_kill_9_of_each_task_type_is_reported_and_a_dead_ps_ends_the_job(  # type: ignore[no-untyped-def]
-        testbed, tmp_path: Path, down_after) -> None:
+        testbed, tmp_path: Path, up_run) -> None:
     job = {"script": "job.py", "style": "tf_config", "args": ["--forever"], "chief": True,
            "evaluator": {"host": "h2", "script": "job.py", "args": ["--forever"]},
            "tensorboard": {"host": "h3", "logdir": "out", "port": 6006}}
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, ps={"h2": 0, "h3": 0})
-    run_id = up(inv, down_after)
+    run_id = up_run(inv).run_id
     listening = [row.split()[3] for row in testbed.run("h3", "ss -Hltn").stdout.splitlines()]
     assert [a for a in listening if a.endswith(":6006")] == ["127.0.0.1:6006"]  # loopback only
     victims = ("worker:1", "evaluator:0", "tensorboard:0")
@@ -104,11 +96,11 @@ def test_kill_9_of_each_task_type_is_reported_and_a_dead_ps_ends_the_job(  # typ
 
 
 def test_dead_chief_is_named_and_the_rest_is_stopped(  # type: ignore[no-untyped-def]
-        testbed, tmp_path: Path, down_after) -> None:
+        testbed, tmp_path: Path, up_run) -> None:
     job = {"script": "job.py", "style": "tf_config", "args": ["--forever"], "chief": "h2"}
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"],
                               ps={"h2": 0})
-    run_id = up(inv, down_after)
+    run_id = up_run(inv).run_id
     chief = tasks_of(status_json(inv))["chief:0"]
     os.kill(chief["pid"], signal.SIGKILL)
     st = status_json(inv)
@@ -125,11 +117,11 @@ def test_dead_chief_is_named_and_the_rest_is_stopped(  # type: ignore[no-untyped
 
 
 def test_worker_restarts_on_failure_with_same_argv_env_and_log(  # type: ignore[no-untyped-def]
-        testbed, tmp_path: Path, down_after) -> None:
+        testbed, tmp_path: Path, up_run) -> None:
     job = dict(FOREVER_FLAGS, restart=RESTART)
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"],
                               gpus={"h2": [1]}, ps={"h2": 0})
-    run_id = up(inv, down_after)
+    run_id = up_run(inv).run_id
     old = wait_until("worker:1 running", lambda: pid_of(run_id, "worker:1"), 5, 0.05)
     old_env, old_argv = environ_of(old), cmdline_of(old)
     assert old_env["CUDA_VISIBLE_DEVICES"] == "1"
@@ -163,13 +155,13 @@ def test_worker_restarts_on_failure_with_same_argv_env_and_log(  # type: ignore[
 
 
 def test_cut_host_named_unreachable_while_the_others_answer(  # type: ignore[no-untyped-def]
-        testbed, tmp_path: Path, down_after, healed) -> None:
+        testbed, tmp_path: Path, up_run, healed) -> None:
     # `down` during a cut (exit 1 naming the host, the rest stopped) and after the heal is
     # test_core.py::test_unreachable_host_named_by_down_and_rest_stopped.
     if not testbed.isolated:
         pytest.skip("needs the network-namespace lab")
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS)
-    run_id = up(inv, down_after)
+    run_id = up_run(inv).run_id
     testbed.cut("h3")
     # The subprocess timeout bounds each command: a hang on the cut host would exceed it.
     st = tfctl(inv, "--connect-timeout", "2", "status", "--json", timeout=40)

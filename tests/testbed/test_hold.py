@@ -29,13 +29,11 @@ from tests.support.holders import (
     wait_sessions_gone,
 )
 from tests.support.testbedtools import (
-    Watched,
     aliased_jump_inventory,
     bound_ports,
+    ctrl_c_up,
     job_dir,
     processes_of_run,
-    run_id_said,
-    started_tasks,
     tfctl,
     wait_until,
 )
@@ -175,16 +173,9 @@ def test_ctrl_c_while_workers_start_leaves_nothing_of_the_run(  # type: ignore[n
         monkeypatch.setenv(key, value)
     ok(tfctl(inv, "runs"))
     kept = wait_sessions(testbed)
-    w = Watched(["-i", str(inv), "up"], inv.parent)
-    try:
-        w.wait_for(lambda: len(started_tasks(run_id_said(w), "worker")) == 3, "three workers")
-        w.ctrl_c()
-        assert w.finish(timeout_s=20) == 130, w.text
-    finally:
-        w.kill()
-        tfctl(inv, "down", "--grace", "1")
+    w = ctrl_c_up(inv, lambda w: len(w.started("worker")) == 3, "three workers")
     assert "tfctl: interrupted: stopped ps:0, ps:1, ps:2, worker:0, worker:1, worker:2" in w.text
-    run_id = str(run_id_said(w))
+    run_id = str(w.run_id)
     assert processes_of_run(run_id) == {}
     assert bound_ports(testbed, {2222, 2223}) == {}
     # The holder still lends sessions that answer (the ones `up` had were handed back after

@@ -28,9 +28,9 @@ from tests.support.procs import alive, children_named
 from tests.support.testbedtools import (
     Watched,
     bound_ports,
+    ctrl_c_up,
     job_dir,
     processes_of_run,
-    run_id_said,
     started_tasks,
     tfctl,
 )
@@ -104,7 +104,7 @@ def test_ctrl_c_during_sync_starts_nothing(idle_lab, tmp_path: Path) -> None:  #
     finally:
         w.kill()
     assert "interrupted before any task was started: nothing to clean up" in w.text
-    assert "Traceback" not in w.text and run_id_said(w) is None
+    assert "Traceback" not in w.text and w.run_id is None
     wait_hosts_idle(testbed)  # no remote rsync, no agent
     assert children_named(w.proc.pid, "rsync") == []
     assert bound_ports(testbed, {2222, 2223}) == {}
@@ -115,19 +115,12 @@ def test_ctrl_c_while_ps_start_stops_them(idle_lab, tmp_path: Path) -> None:  # 
     job = {"script": "job.py", "style": "flags",
            "args": ["--forever", "--listen-delay=30", "--delay-types=ps"]}
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job)
-    w = Watched(["-i", str(inv), "up", "--ps-first"], inv.parent)
-    try:
-        w.wait_for(lambda: started_tasks(run_id_said(w), "ps") == {"ps:0", "ps:1", "ps:2"},
-                   "three ps processes")
-        w.ctrl_c()
-        # The ps would listen only after 30 s: `up` must not wait for them to roll back.
-        assert w.finish(timeout_s=20) == 130, w.text
-    finally:
-        w.kill()
-        tfctl(inv, "down", "--grace", "1")
+    # The ps would listen only after 30 s: `up` must not wait for them to roll back.
+    w = ctrl_c_up(inv, lambda w: w.started("ps") == {"ps:0", "ps:1", "ps:2"},
+                  "three ps processes", "--ps-first")
     assert "tfctl: interrupted: stopped ps:0, ps:1, ps:2" in w.text
     assert "starting worker" not in w.text and "Traceback" not in w.text
-    assert_all_cleaned(testbed, str(run_id_said(w)), "Ctrl-C (SIGINT)")
+    assert_all_cleaned(testbed, str(w.run_id), "Ctrl-C (SIGINT)")
 
 
 def test_sigterm_while_workers_start_stops_everything(idle_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -137,9 +130,9 @@ def test_sigterm_while_workers_start_stops_everything(idle_lab, tmp_path: Path) 
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job)
     w = Watched(["-i", str(inv), "up"], inv.parent)
     try:
-        w.wait_for(lambda: len(started_tasks(run_id_said(w), "worker")) == 3, "three workers")
+        w.wait_for(lambda: len(w.started("worker")) == 3, "three workers")
         w.proc.send_signal(signal.SIGTERM)  # to tfctl alone, as `kill` or a CI timeout does
-        run_dir = testbed.host("h1").workdir / ".tfctl" / "runs" / str(run_id_said(w))
+        run_dir = testbed.host("h1").workdir / ".tfctl" / "runs" / str(w.run_id)
         deadline = time.monotonic() + 30
         while not any(run_dir.glob("*.stopped")) and w.proc.poll() is None \
                 and time.monotonic() < deadline:
@@ -153,7 +146,7 @@ def test_sigterm_while_workers_start_stops_everything(idle_lab, tmp_path: Path) 
     assert ("tfctl: interrupted: stopped ps:0, ps:1, ps:2, worker:0, worker:1, worker:2"
             in w.text)
     assert "Traceback" not in w.text and " is up" not in w.text
-    assert_all_cleaned(testbed, str(run_id_said(w)), "SIGTERM")
+    assert_all_cleaned(testbed, str(w.run_id), "SIGTERM")
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

@@ -15,13 +15,14 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.fakes import NVML_MISMATCH
 from tests.support.testbed.testbed import Testbed
-from tests.support.testbedtools import HERE, processes_of_run, run_id_from, tfctl
+from tests.support.testbedtools import HERE, Up, processes_of_run, tfctl
 
 JOB = {"script": "job.py", "strategy": "flags", "workers": "per_host",
        "args": ["--steps=40"]}  # 8 s of training
@@ -46,26 +47,21 @@ def old_driver_lab(testbed: Testbed) -> Iterator[Testbed]:
     yield from _four_gpus(testbed, driver="old")
 
 
-NVML_FAILS = "Failed to initialize NVML: Driver/library version mismatch"
-
-
 @pytest.fixture
 def failing_nvsmi_lab(testbed: Testbed) -> Iterator[Testbed]:
     """nvidia-smi answers every query with an NVML failure: nothing can be recorded."""
-    yield from _four_gpus(testbed, env=f"export TFCTL_TEST_NVSMI_FAIL='{NVML_FAILS}'\n")
+    yield from _four_gpus(testbed, env=f"export TFCTL_TEST_NVSMI_FAIL='{NVML_MISMATCH}'\n")
 
 
-def _run_to_its_end(testbed: Testbed, tmp_path: Path, down_after: list[Path]) -> tuple[Path, Path]:
+def _run_to_its_end(testbed: Testbed, tmp_path: Path,
+                    up_run: Callable[..., Up]) -> tuple[Path, Path]:
     """The first-GPU-only job, up and ended by the hosts; (inventory, h1's run folder)."""
     jobs = tmp_path / "job"
     jobs.mkdir()
     shutil.copy(HERE / "data" / "jobs" / "first_gpu_only.py", jobs / "job.py")
     shutil.copy(HERE / "lightjob.py", jobs / "lightjob.py")
     inv = testbed.write_inventory(jobs / "cluster.yaml", JOB, hosts=["h1"], gpus={"h1": 4})
-    down_after.append(inv)
-    up = tfctl(inv, "up")
-    assert up.returncode == 0, up.stdout + up.stderr
-    run_id = run_id_from(up.stdout)
+    run_id = up_run(inv).run_id
     run_dir = testbed.host("h1").workdir / ".tfctl" / "runs" / run_id
     deadline = time.monotonic() + 90
     while processes_of_run(run_id) or not (run_dir / "finished.json").exists():
@@ -82,8 +78,8 @@ def _image_is_drawn(path: Path) -> bool:
 
 
 def test_report_names_idle_gpus_after_an_unattended_run(four_gpu_lab: Testbed, tmp_path: Path,
-                                                        down_after: list[Path]) -> None:
-    inv, run_dir = _run_to_its_end(four_gpu_lab, tmp_path, down_after)
+                                                        up_run: Callable[..., Up]) -> None:
+    inv, run_dir = _run_to_its_end(four_gpu_lab, tmp_path, up_run)
     run_id = run_dir.name
 
     listed = json.loads(tfctl(inv, "runs", "--json").stdout)["runs"]
@@ -116,8 +112,8 @@ def test_report_names_idle_gpus_after_an_unattended_run(four_gpu_lab: Testbed, t
 
 
 def test_a_driver_from_before_the_rename_is_recorded_and_its_idle_gpus_named(
-        old_driver_lab: Testbed, tmp_path: Path, down_after: list[Path]) -> None:
-    inv, run_dir = _run_to_its_end(old_driver_lab, tmp_path, down_after)
+        old_driver_lab: Testbed, tmp_path: Path, up_run: Callable[..., Up]) -> None:
+    inv, run_dir = _run_to_its_end(old_driver_lab, tmp_path, up_run)
     gpus = json.loads((run_dir / "gpus.json").read_text())
     assert "unrecorded" not in gpus and gpus["fields"][-1] == "clocks_throttle_reasons.active"
     assert (run_dir / "gpu.csv").read_text().count("\n") >= 8  # a few seconds of four GPUs
@@ -130,19 +126,19 @@ def test_a_driver_from_before_the_rename_is_recorded_and_its_idle_gpus_named(
 
 
 def test_where_nvidia_smi_records_nothing_the_report_says_so_and_claims_nothing(
-        failing_nvsmi_lab: Testbed, tmp_path: Path, down_after: list[Path]) -> None:
-    inv, run_dir = _run_to_its_end(failing_nvsmi_lab, tmp_path, down_after)
-    assert json.loads((run_dir / "gpus.json").read_text())["unrecorded"] == NVML_FAILS
+        failing_nvsmi_lab: Testbed, tmp_path: Path, up_run: Callable[..., Up]) -> None:
+    inv, run_dir = _run_to_its_end(failing_nvsmi_lab, tmp_path, up_run)
+    assert json.loads((run_dir / "gpus.json").read_text())["unrecorded"] == NVML_MISMATCH
     out = tmp_path / "report"
     report = tfctl(inv, "report", "-o", str(out))
     assert report.returncode == 0, report.stdout + report.stderr
-    said = f"no GPU samples were recorded on h1 (why: {NVML_FAILS}); worker:0 had GPUs there"
+    said = f"no GPU samples were recorded on h1 (why: {NVML_MISMATCH}); worker:0 had GPUs there"
     assert said in report.stdout
     page = (out / "report.html").read_text()
     assert said in page and "unknown: no GPU samples were recorded" in page
     assert "idle" not in report.stdout and "every GPU" not in page and "0.00 /" not in page
     # the hours worker:0 held its GPUs are known (from its start and exit), their energy is not
-    assert f"energy unknown (no GPU samples: {NVML_FAILS}: h1 GPU 0, h1 GPU 1, h1 GPU 2, " \
+    assert f"energy unknown (no GPU samples: {NVML_MISMATCH}: h1 GPU 0, h1 GPU 1, h1 GPU 2, " \
         "h1 GPU 3)" in report.stdout and " Wh" not in report.stdout + page
     assert not (out / "gpus-h1.png").exists()
     assert page.count("data:image/png;base64,") == 2  # speed and timeline: what was recorded

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,11 @@ import pytest
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import (
     FOREVER,
+    Up,
     cmdline_of,
-    environ_of,
     job_dir,
     processes_of_run,
-    run_id_from,
+    run_tagged_pids,
     status_json,
     tfctl,
 )
@@ -57,13 +58,6 @@ def _venv_python(testbed: Testbed, name: str) -> Path:
     return testbed.host(name).workdir / ".venv" / "bin" / "python"
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        return environ_of(pid)
-    except OSError:  # ended since it was listed
-        return {}
-
-
 def _run_dirs(testbed: Testbed) -> dict[str, set[str]]:
     out = {}
     for host in testbed.hosts:
@@ -72,8 +66,8 @@ def _run_dirs(testbed: Testbed) -> dict[str, set[str]]:
     return out
 
 
-def test_setup_makes_venv_then_skips_then_reruns_on_touch(testbed: Testbed, tmp_path: Path,
-                                                          wheelhouse: Path) -> None:
+def test_setup_makes_venv_then_skips_then_reruns_on_touch(
+        testbed: Testbed, tmp_path: Path, wheelhouse: Path, up_run: Callable[..., Up]) -> None:
     d = _venv_job(tmp_path, wheelhouse)
     py = testbed.python  # the hosts' interpreter (the lab shares this machine's)
     job = {**FOREVER, "setup_inputs": ["requirements.txt"], "setup": [
@@ -87,41 +81,34 @@ def test_setup_makes_venv_then_skips_then_reruns_on_touch(testbed: Testbed, tmp_
                         str(host.workdir / ".tfctl" / "setup")], check=True)
     inv = testbed.write_inventory(d / "cluster.yaml", job, ps=PS_ON_H1, host_fields={
         h: {"python": str(_venv_python(testbed, h))} for h in testbed.names})
-    try:
-        first = tfctl(inv, "up")
-        assert first.returncode == 0, first.stdout + first.stderr
-        run_id = run_id_from(first.stdout)
-        for name in testbed.names:
-            assert f"{name}: setup done in" in first.stdout
-            assert f"setup {name}: [2/2] {py} -m pip" in first.stderr  # per-host progress
-            venv = _venv_python(testbed, name)
-            assert testbed.run(name, [str(venv), "-c", "import six, sys; "
-                                  "print(six.__file__.startswith(sys.prefix))"]
-                           ).stdout.strip() == "True"
-            setup_log = testbed.host(name).workdir / ".tfctl" / "runs" / run_id / "setup.log"
-            assert "Successfully installed six" in setup_log.read_text()
-        host_of = {t["name"]: t["host"] for t in status_json(inv)["tasks"]}
-        tasks = processes_of_run(run_id)
-        assert sorted(env["TFCTL_TASK"] for env in tasks.values()) == sorted(host_of)
-        for pid, env in tasks.items():  # every task runs the venv's python, as `python:` says
-            assert cmdline_of(pid)[0] == str(_venv_python(testbed, host_of[env["TFCTL_TASK"]]))
-        assert tfctl(inv, "down", "--grace", "1").returncode == 0
+    first = up_run(inv)
+    for name in testbed.names:
+        assert f"{name}: setup done in" in first.stdout
+        assert f"setup {name}: [2/2] {py} -m pip" in first.stderr  # per-host progress
+        venv = _venv_python(testbed, name)
+        assert testbed.run(name, [str(venv), "-c", "import six, sys; "
+                              "print(six.__file__.startswith(sys.prefix))"]
+                       ).stdout.strip() == "True"
+        setup_log = testbed.host(name).workdir / ".tfctl" / "runs" / first.run_id / "setup.log"
+        assert "Successfully installed six" in setup_log.read_text()
+    host_of = {t["name"]: t["host"] for t in status_json(inv)["tasks"]}
+    tasks = processes_of_run(first.run_id)
+    assert sorted(env["TFCTL_TASK"] for env in tasks.values()) == sorted(host_of)
+    for pid, env in tasks.items():  # every task runs the venv's python, as `python:` says
+        assert cmdline_of(pid)[0] == str(_venv_python(testbed, host_of[env["TFCTL_TASK"]]))
+    assert tfctl(inv, "down", "--grace", "1").returncode == 0
 
-        second = tfctl(inv, "up")
-        assert second.returncode == 0, second.stdout + second.stderr
-        for name in testbed.names:
-            assert f"{name}: setup skipped (inputs unchanged since" in second.stdout
-        assert "setup done" not in second.stdout and "3 skipped" in second.stderr
-        assert tfctl(inv, "down", "--grace", "1").returncode == 0
+    second = up_run(inv)
+    for name in testbed.names:
+        assert f"{name}: setup skipped (inputs unchanged since" in second.stdout
+    assert "setup done" not in second.stdout and "3 skipped" in second.stderr
+    assert tfctl(inv, "down", "--grace", "1").returncode == 0
 
-        later = os.stat(d / "requirements.txt").st_mtime + 10
-        os.utime(d / "requirements.txt", (later, later))  # touch requirements.txt
-        third = tfctl(inv, "up")
-        assert third.returncode == 0, third.stdout + third.stderr
-        for name in testbed.names:
-            assert f"{name}: setup done in" in third.stdout
-    finally:
-        tfctl(inv, "down", "--grace", "1")
+    later = os.stat(d / "requirements.txt").st_mtime + 10
+    os.utime(d / "requirements.txt", (later, later))  # touch requirements.txt
+    third = up_run(inv)
+    for name in testbed.names:
+        assert f"{name}: setup done in" in third.stdout
 
 
 def test_failing_setup_stops_up_naming_host_and_command(testbed: Testbed, tmp_path: Path) -> None:
@@ -147,6 +134,6 @@ def test_failing_setup_stops_up_naming_host_and_command(testbed: Testbed, tmp_pa
         assert _run_dirs(testbed) == runs_before
         assert not Path(state_file(str(inv), "lab")).exists()
         for name in testbed.names if testbed.isolated else ():
-            assert not [p for p in testbed.pids_in(name) if "TFCTL_RUN_ID" in _environ(p)]
+            assert run_tagged_pids(testbed.pids_in(name)) == []
     finally:
         tfctl(inv, "down", "--grace", "1")

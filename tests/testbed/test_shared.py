@@ -67,17 +67,24 @@ def _kill_run(claim: Path) -> None:
             continue
 
 
+def _wanting_h1_gpu0(testbed: Testbed, user: str, folder: Path, **kwargs: Any) -> Path:
+    """`user`'s inventory of the light job in `folder`, its worker on h1's GPU 0: the GPU the
+    users' runs and reservations contend for (`kwargs` as user_inventory takes them; the
+    hosts: h1 alone unless given)."""
+    return user_inventory(testbed, testbed.users[user], folder, gpus={"h1": [0]},
+                          **{"hosts": ["h1"], **kwargs})
+
+
 def test_two_users_see_each_other_reserve_and_refuse(
     shared_testbed: Testbed, tmp_path: Path
 ) -> None:
     testbed = shared_testbed
-    alice, bob = testbed.users[ALICE], testbed.users[BOB]
-    mine = user_inventory(testbed, alice, tmp_path / "alice", hosts=["h1"], gpus={"h1": [0]},
-                      ps={"h1": 1})
+    alice = testbed.users[ALICE]
+    mine = _wanting_h1_gpu0(testbed, ALICE, tmp_path / "alice", ps={"h1": 1})
     second = user_inventory(testbed, alice, tmp_path / "alice2", hosts=["h1"], gpus={"h1": [1]},
                         ps={"h1": 0}, name="lab2")
-    theirs = user_inventory(testbed, bob, tmp_path / "bob", hosts=["h1", "h2"], gpus={"h1": [0]},
-                        ps={"h1": 0, "h2": 0}, name="bobs")
+    theirs = _wanting_h1_gpu0(testbed, BOB, tmp_path / "bob", hosts=["h1", "h2"],
+                              ps={"h1": 0, "h2": 0}, name="bobs")
     carol_pid = None
     try:
         up = tfctl(mine, "up")
@@ -287,11 +294,8 @@ def test_a_flood_of_junk_claims_hides_no_reservation(shared_testbed: Testbed,
     shows in her `lab` and in his, his `up` onto it is refused naming her, and what was skipped
     is one line, bob's (docs/claims.md: No user's files hide another's)."""
     testbed = shared_testbed
-    alice, bob = testbed.users[ALICE], testbed.users[BOB]
-    mine = user_inventory(testbed, alice, tmp_path / "alice", hosts=["h1"], gpus={"h1": [0]},
-                          ps={"h1": 0})
-    theirs = user_inventory(testbed, bob, tmp_path / "bob", hosts=["h1"], gpus={"h1": [0]},
-                            ps={"h1": 0}, name="bobs")
+    mine = _wanting_h1_gpu0(testbed, ALICE, tmp_path / "alice", ps={"h1": 0})
+    theirs = _wanting_h1_gpu0(testbed, BOB, tmp_path / "bob", ps={"h1": 0}, name="bobs")
     folder = testbed.claims_dir("h1")
     try:
         reserved = tfctl(mine, "reserve", "h1:0", "--for", "1h", "--note", "thesis")

@@ -93,6 +93,14 @@ def eventually(check: Callable[[], bool], timeout_s: float = 30) -> None:
         time.sleep(0.2)
 
 
+def trainer_inventory(testbed: Testbed, tmp_path: Path, style: str, ps_on_h1: int) -> Path:
+    """The bundled trainer, 20 steps, on h1 and h2, told its place by `style` (`flags`,
+    `tf_config`), with `ps_on_h1` parameter servers on h1 and none on h2."""
+    job = {"script": "train.py", "style": style, "args": ["--steps=20", "--log_every=10"]}
+    return write_inventory(testbed, examples_job_dir(tmp_path), job, ps={"h1": ps_on_h1, "h2": 0},
+                           hosts=["h1", "h2"])
+
+
 def no_process_left(cluster: SlurmCluster, run_id: str) -> None:
     """Nothing of the run on any node: no task tagged with it, no step keeper, no job."""
     assert processes_of_run(run_id) == {}
@@ -103,9 +111,7 @@ def no_process_left(cluster: SlurmCluster, run_id: str) -> None:
 @pytest.mark.tf
 def test_flags_between_graph_trains_to_completion_through_slurm(
         testbed: Testbed, cluster: SlurmCluster, tmp_path: Path) -> None:
-    job = {"script": "train.py", "style": "flags", "args": ["--steps=20", "--log_every=10"]}
-    inv = write_inventory(testbed, examples_job_dir(tmp_path), job, ps={"h1": 1, "h2": 0},
-                          hosts=["h1", "h2"])
+    inv = trainer_inventory(testbed, tmp_path, "flags", ps_on_h1=1)
     run_id = submit(cluster, inv)
     # While it runs: each task is its own step on its node, with the cluster in node names.
     until_running(cluster, inv, 3)
@@ -143,9 +149,7 @@ def test_flags_between_graph_trains_to_completion_through_slurm(
 @pytest.mark.tf
 def test_multi_worker_mirrored_trains_to_completion_through_slurm(
         testbed: Testbed, cluster: SlurmCluster, tmp_path: Path) -> None:
-    job = {"script": "train.py", "style": "tf_config", "args": ["--steps=20", "--log_every=10"]}
-    inv = write_inventory(testbed, examples_job_dir(tmp_path), job, ps={"h1": 0, "h2": 0},
-                          hosts=["h1", "h2"])
+    inv = trainer_inventory(testbed, tmp_path, "tf_config", ps_on_h1=0)
     up = cli(cluster, inv, "up", "--on", "slurm", "--wait", "--json", timeout=260)
     logs = cli(cluster, inv, "logs", "-n", "200").stdout
     assert up.returncode == 0, up.stderr + logs

@@ -13,7 +13,6 @@ from tests.support.testbedtools import (
     FOREVER,
     job_dir,
     processes_of_run,
-    run_id_from,
     status_json,
     tfctl,
 )
@@ -42,16 +41,13 @@ def _ports_on(host_ports: list[str]) -> set[tuple[str, int]]:
 
 
 def test_two_runs_share_the_hosts_without_ports_written(testbed, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                        down_after) -> None:
+                                                        up_run) -> None:
     first, second = _inventory(testbed, tmp_path, "a"), _inventory(testbed, tmp_path, "b")
-    down_after.extend([first, second])
     plan = json.loads(tfctl(second, "plan", "--json").stdout)
     assert plan["port_range"] == [2220, 2299]
     assert {t["port_chosen_at_up"] for t in plan["tasks"] if t["port"]} == {True}
 
-    up_a = tfctl(first, "up")
-    assert up_a.returncode == 0, up_a.stdout + up_a.stderr
-    run_a = run_id_from(up_a.stdout)
+    run_a = up_run(first).run_id
     used_a = {p for kind in _cluster(run_a).values() for p in _ports_on(kind)}
     assert all(2220 <= p <= 2299 for _a, p in used_a)  # 2222, 2223 where nothing else has them
     check = tfctl(second, "check", "-v")  # which free ports `up` would take now, with a's up
@@ -62,11 +58,10 @@ def test_two_runs_share_the_hosts_without_ports_written(testbed, tmp_path: Path,
         free_now = {int(w.split()[-1]) for w in line.split("free now:")[1].split(",")}
         assert len(free_now) == 2 and not free_now & {p for a, p in used_a
                                                       if a == testbed.host(h).address}, line
-    up_b = tfctl(second, "up")
-    assert up_b.returncode == 0, up_b.stdout + up_b.stderr  # refused on a taken port before
+    up_b = up_run(second)  # refused on a taken port before
     if (testbed.host("h1").address, 2222) in used_a:  # b's ps:0 would have taken 2222 on h1
         assert "ports taken elsewhere, chosen free: ps:0 2222→" in up_b.stderr, up_b.stderr
-    run_b = run_id_from(up_b.stdout)
+    run_b = up_b.run_id
 
     for inv, run_id in ((first, run_a), (second, run_b)):
         st = status_json(inv)
@@ -92,12 +87,9 @@ def test_two_runs_share_the_hosts_without_ports_written(testbed, tmp_path: Path,
 
 
 def test_a_written_port_stays_fixed_and_is_refused_when_taken(testbed, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                              down_after) -> None:
+                                                              down_after, up_run) -> None:
     first = _inventory(testbed, tmp_path, "a")
-    down_after.append(first)
-    up_a = tfctl(first, "up")
-    assert up_a.returncode == 0, up_a.stdout + up_a.stderr
-    run_a = run_id_from(up_a.stdout)
+    run_a = up_run(first).run_id
     taken = next(p for a, p in _ports_on(_cluster(run_a)["worker"])
                  if a == testbed.host("h1").address)  # run a's worker:0
     (tmp_path / "f").mkdir()
