@@ -41,6 +41,7 @@ from tfctl.remote.agent.jsonfile import read_json
 from tfctl.remote.agent.proc import proc_stat, proc_uid, same_process, start_ticks, user_name
 from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.state import WATCH_PID
+from tfctl.remote.agent.wire import json_dumps, json_loads
 
 CLAIMS_DIR_VAR = "TFCTL_CLAIMS_DIR"
 DEFAULT_CLAIMS_DIR = "/tmp/tfctl-claims"
@@ -54,7 +55,8 @@ MAX_LISTED = 65536
 """Entries of a folder looked at in one look (a stat each, nothing read)."""
 MAX_TEXT = 200
 KINDS = ("run", "reservation")
-_ID = r"[^A-Za-z0-9_.-]"
+_ID_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+"""What an id keeps in a claim's file name; any other character is `_`."""
 
 
 def claims_dir() -> str:
@@ -64,7 +66,8 @@ def claims_dir() -> str:
 def claim_file_name(user: str, kind: str, ident: str) -> str:
     """`alice.run.20261125-101500-ab12.json`: the user first, so a file named after one user
     and owned by another is seen for what it is."""
-    return f"{user}.{kind}.{re.sub(_ID, '_', ident)[:120]}.json"
+    safe = "".join(c if c in _ID_CHARACTERS else "_" for c in ident[:120])
+    return f"{user}.{kind}.{safe}.json"
 
 
 def folder_problem(folder: str) -> str | None:
@@ -369,14 +372,14 @@ def write_claim(kind: str, ident: str, record: dict[str, Any],
         raise ValueError(problem)
     me = user_name(os.getuid()) or str(os.getuid())
     body = dict(record, format=CLAIM_FORMAT, kind=kind, user=me)
-    parse_claim(json.loads(json.dumps(body)))  # what we write, others must be able to read
+    parse_claim(json_loads(json_dumps(body)))  # what we write, others must be able to read
     path = os.path.join(folder, claim_file_name(me, kind, ident))
     tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(body, f, sort_keys=True)
+            f.write(json_dumps(body, sort_keys=True))
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)  # the sticky bit refuses replacing another user's file
     except BaseException:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import time
 from typing import Any
+
+from tfctl.remote.agent.wire import json_dumps, json_loads
 
 STATE_FILE = "records.state"
 STATE_BYTES = 4096
@@ -110,7 +111,7 @@ class RecordSpace:
     def _save(self, state: dict[str, Any]) -> None:
         if self.fd is None:
             return
-        data = json.dumps(state, sort_keys=True).encode()
+        data = json_dumps(state, sort_keys=True).encode()
         if len(data) < STATE_BYTES:
             # Refused even in place (copy-on-write): the watcher's memory has it.
             with contextlib.suppress(OSError):
@@ -127,7 +128,7 @@ def records_state(run_dir: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(run_dir, STATE_FILE), "rb") as f:
             text = f.read(STATE_BYTES).strip()
-        state = json.loads(text) if text else {}
+        state = json_loads(text.decode()) if text else {}
     except (OSError, ValueError):
         return None
     stopped = state.get("stopped") if isinstance(state, dict) else None

@@ -6,7 +6,7 @@ A task whose port the inventory does not write keeps its usual port (the plan's)
 free here, else takes the lowest free port of the job's range. Free means three things, each
 seen from this host's network namespace, the one the tasks will listen in:
 
-- no socket LISTENs on it (`/proc/net/tcp{,6}`, any user's), the port of a fixed task of the
+- no socket LISTENs on it (`proc.listening_sockets`, any user's), the port of a fixed task of the
   same run is not it, and no other choice of this answer took it;
 - a bind on every address succeeds (`::` dual-stack, else `0.0.0.0`; SO_REUSEADDR, as gRPC
   binds, so a connection in TIME_WAIT does not count): what TensorFlow's server will do;
@@ -27,13 +27,13 @@ check refuses the start (the client rolls the run back) rather than letting a ta
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tfctl.remote.agent.proc import listening_sockets
+from tfctl.remote.agent.wire import json_dumps, json_loads
 
 LEASE_DIR = "/tmp/tfctl-port-leases"
 LEASE_S = 120.0
@@ -125,7 +125,7 @@ def _lease_path(port: int) -> str:
 def _read_lease(path: str) -> dict[str, Any]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
-        lease = json.loads(f.read(4096).decode())
+        lease = json_loads(f.read(4096).decode())
     return lease if isinstance(lease, dict) else {}
 
 
@@ -147,7 +147,7 @@ def _lease(port: int, token: str) -> None:
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w") as f:
-            json.dump({"token": token, "until": time.time() + LEASE_S}, f)
+            f.write(json_dumps({"token": token, "until": time.time() + LEASE_S}))
         os.replace(temp, target)
     except OSError:
         with contextlib.suppress(OSError):

@@ -1,16 +1,21 @@
 """The agent's records on disk: JSON written atomically (or, without room, into room kept for
 it) and read back, each stamped with `now()`.
 
+One line each, sorted keys, through `wire.json_dumps`/`json_loads` (CPython's JSON accelerator):
+`json.dump` would write through json's pure-Python encoder (it uses the accelerator only for
+`dumps` without indent), a chunk per write, and importing json costs an agent start `re`.
+
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from typing import Any
+
+from tfctl.remote.agent.wire import json_dumps, json_loads
 
 
 def now() -> float:
@@ -24,7 +29,7 @@ def write_json(path: str, value: Any) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump(value, f, indent=1, sort_keys=True)
+            f.write(json_dumps(value, sort_keys=True))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -50,7 +55,7 @@ def write_json_when_room(path: str, value: Any, every_s: float = 1.0,
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-        data = json.dumps(value, sort_keys=True).encode()
+        data = json_dumps(value, sort_keys=True).encode()
         if slot is not None and len(data) <= SLOT_BYTES:
             try:
                 fd = os.open(slot, os.O_WRONLY)
@@ -88,6 +93,6 @@ def reserve_slot(path: str) -> str | None:
 def read_json(path: str) -> Any:
     try:
         with open(path) as f:
-            return json.load(f)
+            return json_loads(f.read())
     except (OSError, ValueError):
         return None

@@ -19,13 +19,13 @@ recorded in the run's `notify.json` (and `notify.log`); a failure never reaches 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.jsonfile import write_json
+from tfctl.remote.agent.wire import json_dumps
 
 NOTIFY_FILE = "notify.json"
 COMMAND_TIMEOUT_S = 120.0
@@ -91,7 +91,7 @@ def environment(notice: dict[str, Any]) -> dict[str, str]:
         "TFCTL_HOST": str(notice.get("host") or ""),
         "TFCTL_INVENTORY": str(notice.get("inventory") or ""),
         "TFCTL_RUN_DIR": str(notice.get("run_dir") or ""),
-        "TFCTL_NOTICE": json.dumps(notice),
+        "TFCTL_NOTICE": json_dumps(notice),
     })
     return env
 
@@ -119,7 +119,7 @@ def post_webhook(url: str, notice: dict[str, Any]) -> dict[str, Any]:
     import urllib.error
     import urllib.request
 
-    body = json.dumps(notice).encode()
+    body = json_dumps(notice).encode()
     error = None
     for attempt in range(WEBHOOK_TRIES):
         if attempt:

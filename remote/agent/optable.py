@@ -141,7 +141,7 @@ def main(req: dict[str, Any], mark: str = "") -> None:
                   "error": f"agent {req.get('op')} failed on {hostname()}: "
                            f"{type(exc).__name__}: {exc}",
                   "detail": _traceback_text()}
-    sys.stdout.write(mark + json_dumps(answer) + "\n")
+    sys.stdout.write(mark + json_dumps(answer, default=str) + "\n")
     sys.stdout.flush()
 
 

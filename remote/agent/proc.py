@@ -163,10 +163,18 @@ def group_members(pgids: Iterable[int]) -> dict[int, int]:
 def listening_sockets(ports: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
     """Socket inode → (port, uid) of every TCP socket in LISTEN state (on `ports` when given).
 
-    /proc/net/tcp{,6} show the reading process's network namespace, which is the one the tasks
-    we start live in.
+    Asked of the kernel's socket diagnostics (`sock_diag`, what `ss` asks: netlink, the
+    listening sockets only), else read from /proc/net/tcp{,6}, which the kernel builds by
+    walking its whole table of connections: ~4 ms per file on an idle host with 262144 hash
+    buckets (`net.ipv4.tcp_ehash_entries`), against ~0.1 ms. Both show the asking process's
+    network namespace, which is the one the tasks we start live in.
     """
     wanted = None if ports is None else set(ports)
+    try:
+        return {inode: (port, uid) for inode, (port, uid) in _diag_listening().items()
+                if wanted is None or port in wanted}
+    except OSError:  # no netlink here (a sandbox, a kernel without inet_diag): the tables
+        pass
     found: dict[int, tuple[int, int]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -182,6 +190,57 @@ def listening_sockets(ports: Iterable[int] | None = None) -> dict[int, tuple[int
             if wanted is None or port in wanted:
                 found[int(cols[9])] = (port, int(cols[7]))
     return found
+
+
+_SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_TCP_LISTEN = 10
+_NETLINK_SOCK_DIAG = 4
+
+
+def _diag_listening() -> dict[int, tuple[int, int]]:
+    """Socket inode → (port, uid) of the TCP sockets in LISTEN state, IPv4 and IPv6, from one
+    `sock_diag` dump each (sock_diag(7): an `inet_diag_req_v2` asking for the LISTEN state,
+    answered with `inet_diag_msg`s). OSError where netlink or inet_diag is not there."""
+    import socket
+    import struct
+
+    found: dict[int, tuple[int, int]] = {}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        for family in (socket.AF_INET, socket.AF_INET6):
+            # inet_diag_req_v2: family, protocol, ext, pad, states; a zeroed inet_diag_sockid
+            request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0,
+                                  1 << _TCP_LISTEN) + bytes(48)
+            # nlmsghdr: length, type, flags (NLM_F_REQUEST | NLM_F_DUMP), sequence, port id
+            link.sendto(struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY,
+                                    0x1 | 0x300, family, 0) + request, (0, 0))
+            while not _diag_messages(link.recv(65536), found):
+                pass
+    return found
+
+
+def _diag_messages(data: bytes, found: dict[int, tuple[int, int]]) -> bool:
+    """The `inet_diag_msg`s of one netlink datagram into `found`; True at the dump's end."""
+    import struct
+
+    at = 0
+    while at + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, at)
+        if kind == _NLMSG_DONE:
+            return True
+        if kind == _NLMSG_ERROR:
+            code = struct.unpack_from("=i", data, at + 16)[0]
+            raise OSError(-code, "sock_diag refused the dump")
+        if length < 16 + 72:  # a message too short to be an inet_diag_msg
+            raise OSError("sock_diag answered a message of an unknown shape")
+        # inet_diag_msg: family, state, timer, retrans, sockid (sport, dport: big-endian; ...),
+        # expires, rqueue, wqueue, uid, inode
+        port = struct.unpack_from("!H", data, at + 20)[0]
+        uid, inode = struct.unpack_from("=II", data, at + 16 + 64)
+        if data[at + 17] == _TCP_LISTEN:
+            found[inode] = (port, uid)
+        at += (length + 3) & ~3
+    return False
 
 
 def socket_owners(inodes: Iterable[int], pids: Iterable[int] | None = None) -> dict[int, int]:

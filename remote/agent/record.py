@@ -22,7 +22,6 @@ On a full disk the records stop rather than end the watcher, and resume once the
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -39,6 +38,7 @@ from tfctl.remote.agent.nvfields import (
 from tfctl.remote.agent.proc import proc_tags, proc_uid, user_name
 from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.speed import SpeedReader
+from tfctl.remote.agent.wire import json_dumps, which
 
 GPU_LOG_CAP_BYTES = 64 << 20
 OWNER_EVERY_S = 10.0
@@ -78,11 +78,10 @@ class GpuRecorder:
     GPUs, NVML failing, a property refused), or no answer."""
 
     def __init__(self, run_dir: str, run_id: str) -> None:
-        import shutil  # here, not at the top: every agent start would pay for it
         import threading
 
         self.run_dir, self.run_id = run_dir, run_id
-        self.nvsmi = shutil.which("nvidia-smi")
+        self.nvsmi = which("nvidia-smi")
         self.started = time.time()
         self.proc: Any = None
         self.next_owners = 0.0
@@ -305,7 +304,7 @@ class EventLog:
 
     def write(self, event: dict[str, Any]) -> None:
         event.setdefault("t", now())
-        append_record(self.run_dir, "events.jsonl", json.dumps(event) + "\n")
+        append_record(self.run_dir, "events.jsonl", json_dumps(event) + "\n")
 
 
 class ThroughputTail:

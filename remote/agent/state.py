@@ -30,6 +30,7 @@ from tfctl.remote.agent.proc import (
 from tfctl.remote.agent.rundir import manifest_tasks, runs_root, task_file
 from tfctl.remote.agent.tasklog import log_tail
 from tfctl.remote.agent.vocab import TaskRecord
+from tfctl.remote.agent.wire import which
 
 ENDED = ("exited", "killed", "stopped", "lost")
 WATCH_PID = "watch.pid.json"  # the run's watcher (watch.py) records its pid here
@@ -339,9 +340,8 @@ def end_watcher(run_dir: str) -> None:
 
 def gpu_pids_among(pids: set[int]) -> tuple[list[int], str | None]:
     """Those of `pids` that nvidia-smi still lists as holding GPU memory (and any error)."""
-    import shutil
     import subprocess
-    exe = shutil.which("nvidia-smi")
+    exe = which("nvidia-smi")
     if exe is None:
         return [], None
     try:

@@ -12,7 +12,6 @@ exit record. Its task's output goes through it into the task's log (tasklog.py).
 from __future__ import annotations
 
 import functools  # loaded anyway (json imports re, which imports it)
-import json
 import os
 import signal
 import time
@@ -30,7 +29,7 @@ from tfctl.remote.agent.jsonfile import (
 from tfctl.remote.agent.proc import proc_stat, signal_name, start_ticks
 from tfctl.remote.agent.rundir import manifest_tasks, task_file
 from tfctl.remote.agent.tasklog import LOG_MAX_BYTES, TaskLog
-from tfctl.remote.agent.wire import AgentError
+from tfctl.remote.agent.wire import AgentError, json_loads
 
 
 def exit_record(returncode: int) -> dict[str, Any]:
@@ -164,7 +163,7 @@ def _training_peers(env: dict[str, str]) -> list[tuple[str, int]]:
     if "TF_CONFIG" not in env:
         return _rank0(env)
     try:
-        config = json.loads(env.get("TF_CONFIG") or "{}")
+        config = json_loads(env.get("TF_CONFIG") or "{}")
     except ValueError:
         return []
     me = config.get("task") or {}

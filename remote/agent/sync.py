@@ -3,14 +3,17 @@
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 rsync's quick check (type, size, whole-second mtime, mode; a link's target) is computed alike on
 the client's source (remote/sync/put.py and rsync.py import `entry_signature` from here, which
-is why this file imports nothing of the agent's) and on the host's copy, so that an unchanged
-tree costs one round trip and a changed one is rsynced for just those paths.
+is why this file imports nothing of the agent's but wire.py's JSON reader and `which`) and on
+the host's copy, so that an unchanged tree costs one round trip and a changed one is rsynced
+for just those paths.
 """
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+from tfctl.remote.agent.wire import json_loads, which
 
 SYNC_DIFF_MAX = 2000  # more differing paths than this: the answer says "many", rsync them all
 
@@ -34,16 +37,14 @@ def entry_signature(path: str) -> str | None:
 def sync_diff(workdir: str, packed_entries: str) -> dict[str, Any]:
     """Create `workdir`; which of `packed_entries` ([path, signature] as JSON, zlib, base64)
     differ in it (None when more than SYNC_DIFF_MAX do), and whether rsync is here."""
-    import base64
-    import json
-    import shutil
+    import binascii  # base64's own decoder: the base64 module imports re
     import zlib
 
     os.makedirs(workdir, exist_ok=True)
-    entries = json.loads(zlib.decompress(base64.b64decode(packed_entries)))
+    entries = json_loads(zlib.decompress(binascii.a2b_base64(packed_entries)).decode())
     differ = [rel for rel, sig in entries if entry_signature(os.path.join(workdir, rel)) != sig]
     many = len(differ) > SYNC_DIFF_MAX
-    return {"dest": workdir, "rsync": shutil.which("rsync"), "count": len(differ),
+    return {"dest": workdir, "rsync": which("rsync"), "count": len(differ),
             "differ": None if many else differ}
 
 

@@ -6,18 +6,23 @@ answers with them) and the agent's (its `op_*` functions read the requests and a
 them), so a field is written once, here, and both sides agree on its name, its default and its
 shape.
 
-Each record is a frozen dataclass with one `to_wire()` (a JSON-ready dict) and one `from_wire()`,
-both over `dataclasses.fields`: keys the class does not know are ignored and a key missing takes
-the field's default, so a record of an older agent still reads. A class names where it differs
-from that rule in two small tables: `WIRE_NAMES` (a field's key on the wire, where the agent has
-always spelt it otherwise) and `NESTED` (the record class of a field that holds records: one,
-a tuple of them, or a dict of them by name). A request's `REQUIRED` fields are checked by the
-agent before its operation runs (`optable.answer_to`).
+A record is a class deriving from `Wire`, its fields written as a dataclass's are (`name:
+annotation = default`, `field(default_factory=...)` for a default made anew): frozen, with one
+`to_wire()` (a JSON-ready dict) and one `from_wire()`: keys the class does not know are ignored
+and a key missing takes the field's default, so a record of an older agent still reads. A class
+names where it differs from that rule in two small tables: `WIRE_NAMES` (a field's key on the
+wire, where the agent has always spelt it otherwise) and `NESTED` (the record class of a field
+that holds records: one, a tuple of them, or a dict of them by name). A request's `REQUIRED`
+fields are checked by the agent before its operation runs (`optable.answer_to`). `fields(cls)`
+lists a record's fields and `replace(record, **changes)` copies one with changes, as
+`dataclasses.fields` and `dataclasses.replace` do for a dataclass.
 
-Equality, hash and repr are `Wire`'s, over the same fields, rather than made for each class
-(`eq=False, repr=False`): every agent start builds every class, and each method dataclasses
-makes costs it an `exec`; so does a class without a docstring (dataclasses writes one from
-`inspect.signature`), which is why every record has one.
+Why not dataclasses: every agent start defines every record, and `dataclasses` costs that start
+more than the rest of the agent together (its import brings `inspect`, `re` and `enum`; each
+class is an `exec` of generated methods): measured in benchmarks/README.md (issue 35). A record
+here is a class with `__slots__` made by one small metaclass (`_RecordType`) and one generic
+`__init__`; its table of fields is built the first time the class is used. The type checker sees
+dataclasses all the same (`dataclass_transform`, PEP 681).
 
 `WIRE_VERSION` (wire.py) travels in every request and every answer: an agent that finds another
 version in a request refuses it (kind `wire_version`) without acting on it, and the client tells
@@ -25,32 +30,106 @@ an answer of another version apart (`errors.AgentOutdated`).
 """
 
 # The records' tables (WIRE_NAMES, NESTED, REQUIRED) are class attributes without annotations:
-# on a host, where `typing` is not imported, dataclasses would take a `ClassVar[...]` string for
-# a field. They are never mutated.
+# an annotated one would be taken for a field. They are never mutated.
 # ruff: noqa: RUF012
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-MYPY = False  # true for the type checker only: the type variable is its, never the host's
+MYPY = False  # true for the type checker only: what it imports here, the host never does
 if MYPY:
     from typing import TypeVar
 
+    from typing_extensions import dataclass_transform
+
     _W = TypeVar("_W", bound="Wire")
+    _T = TypeVar("_T")
+else:
+    def dataclass_transform(**_: Any) -> Any:
+        """The type checker's decorator (PEP 681); at run time it changes nothing."""
+        return lambda target: target
 
 ONE, MANY, BY_NAME = "one", "many", "by_name"
 """How a field holds records (`Wire.NESTED`): one, a tuple of them, a dict name → record."""
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
-_FIELDS: dict[type, tuple[tuple[str, str, str, Any], ...]] = {}
 
 
-class Wire:
-    """`to_wire`/`from_wire` over a dataclass's fields (the vocabulary's records derive from it)."""
+class _Factory:
+    """A field's default made anew for each record: `field(default_factory=...)`."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def field(*, default_factory: Callable[[], _T]) -> _T:
+    """A field whose default is made anew for each record (a dict, say), as with dataclasses."""
+    return _Factory(default_factory)  # type: ignore[return-value]
+
+
+_NO_DEFAULT = _Factory(lambda: None)
+"""The default of a field declared without one: a record must be given it."""
+
+
+class Field:
+    """One field of a record: its name, its key on the wire, its annotation (a string), the
+    records it holds (`Wire.NESTED`) and its default (`field`'s factory for one made anew)."""
+
+    __slots__ = ("annotation", "default", "key", "name", "nested")
+
+    def __init__(self, name: str, key: str, annotation: str,
+                 nested: tuple[str, type[Wire]] | None, default: Any) -> None:
+        self.name, self.key, self.annotation, self.nested = name, key, annotation, nested
+        self.default = default
+
+
+_FIELDS: dict[type, tuple[Field, ...]] = {}
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+class _RecordType(type):
+    """Makes a record class: its annotated names are its fields, in `__slots__`; their
+    defaults are kept aside (a slot and a class attribute cannot share a name) until `fields`
+    builds the class's table, on first use."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any]
+                ) -> _RecordType:
+        declared = {n: (a, namespace.pop(n, _NO_DEFAULT))
+                    for n, a in namespace.get("__annotations__", {}).items()
+                    if not a.startswith("ClassVar")}
+        namespace["__slots__"] = tuple(declared)
+        namespace["_DECLARED"] = declared
+        return super().__new__(mcs, name, bases, namespace)
+
+
+def fields(cls: type[Wire] | Wire) -> tuple[Field, ...]:
+    """The record class's fields, in order (a base class's first), built once per class."""
+    if not isinstance(cls, type):
+        cls = type(cls)
+    found = _FIELDS.get(cls)
+    if found is None:
+        declared: dict[str, tuple[str, Any]] = {}
+        for klass in reversed(cls.__mro__):  # a base class's fields first, in their order
+            declared.update(klass.__dict__.get("_DECLARED", {}))
+        found = _FIELDS[cls] = tuple(
+            Field(name, cls.WIRE_NAMES.get(name, name), annotation, cls.NESTED.get(name),
+                  default) for name, (annotation, default) in declared.items())
+    return found
+
+
+def replace(record: _W, **changes: Any) -> _W:
+    """A copy of `record` with the fields `changes` names changed (`dataclasses.replace`)."""
+    return type(record)(**{**{f.name: getattr(record, f.name) for f in fields(record)},
+                           **changes})
+
+
+class Wire(metaclass=_RecordType):
+    """A record of the vocabulary: frozen, compared, hashed and shown by its fields, and read
+    from (`from_wire`) and written to (`to_wire`) wire data."""
 
     WIRE_NAMES: ClassVar[dict[str, str]] = {}
     """field → its key on the wire, where the two differ."""
@@ -59,19 +138,33 @@ class Wire:
     REQUIRED: ClassVar[tuple[str, ...]] = ()
     """A request's fields without which the agent refuses it (`bad_request`)."""
 
-    @classmethod
-    def _fields(cls) -> tuple[tuple[str, str, str, Any], ...]:
-        """(field, wire key, annotation, nested) of each field, computed once per class."""
-        found = _FIELDS.get(cls)
-        if found is None:
-            found = _FIELDS[cls] = tuple(
-                (f.name, cls.WIRE_NAMES.get(f.name, f.name), str(f.type), cls.NESTED.get(f.name))
-                for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-        return found
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        table = fields(self)
+        if len(args) > len(table):
+            raise TypeError(f"{type(self).__name__} has {len(table)} fields, "
+                            f"{len(args)} were given")
+        for i, f in enumerate(table):
+            if i < len(args):
+                if f.name in kwargs:
+                    raise TypeError(f"{type(self).__name__} was given {f.name!r} twice")
+                value = args[i]
+            elif f.name in kwargs:
+                value = kwargs.pop(f.name)
+            elif f.default is _NO_DEFAULT:
+                raise TypeError(f"{type(self).__name__} needs {f.name!r}")
+            else:
+                value = f.default.make() if type(f.default) is _Factory else f.default
+            object.__setattr__(self, f.name, value)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} has no field {next(iter(kwargs))!r}")
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        """What a record makes of its fields once they are set (none here)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The record as JSON-ready data, keyed as the wire spells each field."""
-        return {key: _plain(getattr(self, name)) for name, key, _, _ in self._fields()}
+        return {f.key: _plain(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_wire(cls: type[_W], raw: Mapping[str, Any] | Wire | None) -> _W:
@@ -81,25 +174,37 @@ class Wire:
         if isinstance(raw, Wire):  # a record of another class: by the fields the two share
             raw = raw.to_wire()
         raw = raw or {}
-        given: dict[str, Any] = {}
-        for name, key, annotation, nested in cls._fields():
-            if key not in raw:
-                continue
-            value = raw[key]
-            if value is None:
-                if annotation in _SCALARS:  # null where the field is never None: its default
-                    continue
-            else:
-                value = _read(nested, value) if nested else _cast(annotation, value)
-            given[name] = value
-        return cls(**given)
+        record = object.__new__(cls)
+        for f in fields(cls):
+            value = raw.get(f.key, _NO_DEFAULT)
+            if value is None and f.annotation in _SCALARS:  # null where never None: the default
+                value = _NO_DEFAULT
+            if value is _NO_DEFAULT:
+                if f.default is _NO_DEFAULT:
+                    raise TypeError(f"{cls.__name__} needs {f.key!r}")
+                value = f.default.make() if type(f.default) is _Factory else f.default
+            elif value is not None:
+                value = _read(f.nested, value) if f.nested else _cast(f.annotation, value)
+            object.__setattr__(record, f.name, value)
+        record.__post_init__()
+        return record
 
     def missing(self) -> list[str]:
         """The `REQUIRED` fields this request lacks."""
         return [name for name in self.REQUIRED if getattr(self, name) is None]
 
     def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name, _, _, _ in self._fields())
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: {name!r} cannot be set")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: {name!r} cannot be deleted")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copied and pickled by its fields (`__setattr__` refuses the slots' usual way)."""
+        return type(self), self._values()
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -110,7 +215,7 @@ class Wire:
         return hash(self._values())
 
     def __repr__(self) -> str:
-        said = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _, _ in self._fields())
+        said = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
         return f"{type(self).__name__}({said})"
 
 
@@ -141,7 +246,7 @@ def _read(nested: tuple[str, type[Wire]], value: Any) -> Any:
     if shape == MANY:
         return tuple(kind.from_wire(v) for v in value)
     if shape == BY_NAME:
-        named = "name" in {f[0] for f in kind._fields()}
+        named = "name" in {f.name for f in fields(kind)}
         return {k: kind.from_wire(dict(v, name=k) if named and isinstance(v, dict) and
                                   "name" not in v else v) for k, v in value.items()}
     return kind.from_wire(value)
@@ -149,7 +254,6 @@ def _read(nested: tuple[str, type[Wire]], value: Any) -> Any:
 
 # ---------------------------------------------------------------- a task
 
-@dataclass(frozen=True, eq=False, repr=False)
 class TaskRecord(Wire):
     """One task of a run: what the plan made of it (as the run's manifest carries it: name, host,
     port, mask) and what its host's agent sees of it now (state, processes, exit, log).
@@ -204,7 +308,6 @@ class TaskRecord(Wire):
 
 # ---------------------------------------------------------------- the host itself
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PortState(Wire):
     """One port on a host: free, or the process listening on it where this user may see it."""
 
@@ -232,7 +335,6 @@ class PortState(Wire):
         return self.to_wire()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PortsRequest(Wire):
     """Whether these ports are free (op `ports`), free ports to choose, or leases to drop."""
 
@@ -243,7 +345,6 @@ class PortsRequest(Wire):
     """The lease token of an `up` that will not start: its leases go."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PortsAnswer(Wire):
     """Each port asked about (`PortState`), and the ports chosen where asked."""
 
@@ -254,7 +355,6 @@ class PortsAnswer(Wire):
     """{"chosen": {task: port}, "short": [tasks no free port was left for]}."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ListenRequest(Wire):
     """Hold these ports open for `seconds` in a detached listener (op `listen`)."""
 
@@ -262,7 +362,6 @@ class ListenRequest(Wire):
     seconds: float = 10.0
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ConnectRequest(Wire):
     """TCP connects from the host to each `address:port` (op `connect`)."""
 
@@ -270,23 +369,22 @@ class ConnectRequest(Wire):
     timeout_s: float = 3.0
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ProbeRequest(Wire):
-    """What the host has (op `probe`); `ask_tf`: what TensorFlow says of itself too."""
+    """What the host has (op `probe`); `ask_tf`: what TensorFlow says of itself too; `ask`:
+    what these other frameworks say of themselves (torch, jax: fwprobe.py)."""
 
     workdir: str | None = None
     ask_tf: bool = False
     fresh: bool = False
+    ask: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ProcsRequest(Wire):
     """Who each of these pids is (op `procs`)."""
 
     pids: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ProcsAnswer(Wire):
     """Who each pid is (op `procs`): user, command, tfctl run and task; None for a pid gone."""
 
@@ -294,7 +392,6 @@ class ProcsAnswer(Wire):
     """pid (a string, as JSON keys are) → what /proc says of it (`proc.describe_process`)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ProbeAnswer(Wire):
     """What the host has (op `probe`): its Python, TensorFlow, nvidia-smi, rsync, the workdir."""
 
@@ -318,9 +415,13 @@ class ProbeAnswer(Wire):
     uid: int | None = None
     configured_python_missing: bool = False
     """The inventory's `python:` does not exist there (the agent runs on the host's python3)."""
+    framework_versions: dict[str, str] = field(default_factory=dict)
+    """Where the request asked about other frameworks: each of torch, jax, jaxlib and keras
+    installed → its version (fwprobe.py)."""
+    frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What each framework the request asked about (`ask`) says of itself (fwprobe.py)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ListenAnswer(Wire):
     """The ports a detached listener holds for a while (op `listen`), for peers to try."""
 
@@ -331,7 +432,6 @@ class ListenAnswer(Wire):
     """The listener's process (None: no port was bound)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ConnectResult(Wire):
     """One TCP connect from the host to `address:port`."""
 
@@ -344,7 +444,6 @@ class ConnectResult(Wire):
     elapsed_ms: float | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ConnectAnswer(Wire):
     """Each connect the host tried (op `connect`), in the request's order."""
 
@@ -355,7 +454,6 @@ class ConnectAnswer(Wire):
 
 # ---------------------------------------------------------------- sync
 
-@dataclass(frozen=True, eq=False, repr=False)
 class SyncDiff(Wire):
     """Which listed paths differ in the host's workdir (op `sync_diff`, which also creates it)."""
 
@@ -370,7 +468,6 @@ class SyncDiff(Wire):
     """Those paths, or None when there are too many to list (rsync the whole tree)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class SyncDiffRequest(Wire):
     """Which of the listed paths differ in the workdir (op `sync_diff`)."""
 
@@ -381,7 +478,6 @@ class SyncDiffRequest(Wire):
     """[path, signature] as JSON, zlib, base64 (remote/sync/rsync.py, `SourceListing`)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PutFilesRequest(Wire):
     """Small files written under the workdir in one request (op `put_files`)."""
 
@@ -391,7 +487,6 @@ class PutFilesRequest(Wire):
     files: Any = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PutAnswer(Wire):
     """What `put_files` wrote, or why it refused."""
 
@@ -402,7 +497,6 @@ class PutAnswer(Wire):
 
 # ---------------------------------------------------------------- a run's life
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PrepareRequest(Wire):
     """Make the run's directory and write its manifest (op `prepare`)."""
 
@@ -413,7 +507,6 @@ class PrepareRequest(Wire):
     manifest: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PrepareAnswer(Wire):
     """The run prepared, and its directory on the host."""
 
@@ -421,7 +514,6 @@ class PrepareAnswer(Wire):
     run_dir: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class TaskPid(Wire):
     """A started task's process and process group."""
 
@@ -429,7 +521,6 @@ class TaskPid(Wire):
     pgid: int = 0
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LaunchRequest(Wire):
     """Start tasks of a prepared run, and its watcher (op `launch`)."""
 
@@ -441,7 +532,6 @@ class LaunchRequest(Wire):
     """The tasks to start (every task of the run when None)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LaunchAnswer(Wire):
     """The tasks started, the run's watcher, and a claim not left (a warning)."""
 
@@ -452,7 +542,6 @@ class LaunchAnswer(Wire):
     claim_warning: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RestartLostAnswer(Wire):
     """The lost tasks a host started again (op `restart_lost`), and its watcher."""
 
@@ -466,7 +555,6 @@ class RestartLostAnswer(Wire):
     claim_warning: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class StartState(Wire):
     """How a starting task is doing after a wait for its port."""
 
@@ -489,7 +577,6 @@ class StartState(Wire):
             self.state == "exited" and self.exit_code == 0)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class WaitPortsRequest(Wire):
     """Wait for tasks to listen on their ports or end (op `wait_ports`)."""
 
@@ -501,7 +588,6 @@ class WaitPortsRequest(Wire):
     timeout_s: float = 30.0
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class WaitPortsAnswer(Wire):
     """Each task's state after the wait, and whether all of them started."""
 
@@ -511,7 +597,6 @@ class WaitPortsAnswer(Wire):
     ready: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class StatusRequest(Wire):
     """One host's view of a run (op `status`), with `tail` log lines per task."""
 
@@ -523,7 +608,6 @@ class StatusRequest(Wire):
     tail: int = 1
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class StatusAnswer(Wire):
     """One host's view of a run (op `status`): each of its tasks' records, and the run's."""
 
@@ -547,7 +631,6 @@ class StatusAnswer(Wire):
             object.__setattr__(self, "tasks", tuple(TaskRecord.from_wire(t) for t in self.tasks))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class StopRequest(Wire):
     """Stop a run's tasks on the host: TERM, grace, KILL, verify (op `stop`)."""
 
@@ -562,7 +645,6 @@ class StopRequest(Wire):
     grace_s: float = 10.0
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class StopAnswer(Wire):
     """What stopping (part of) a run on one host did (op `stop`), verified by the agent."""
 
@@ -580,7 +662,6 @@ class StopAnswer(Wire):
         return not self.remaining_pids and not self.gpu_pids
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class FinishRequest(Wire):
     """Record how the run ended on the host (op `finish`)."""
 
@@ -592,7 +673,6 @@ class FinishRequest(Wire):
     """How the run ended: {"state", "exit_code", "cause"}."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class FinishAnswer(Wire):
     """How the run ended, as the host recorded it in the run's `finished.json` (op `finish`)."""
 
@@ -600,7 +680,6 @@ class FinishAnswer(Wire):
     finished_at: float | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RunsRequest(Wire):
     """The runs the host's workdir holds (op `runs`)."""
 
@@ -611,7 +690,6 @@ class RunsRequest(Wire):
     """Answer each run's `gpu_costs` too (energy.py): read from gpu.csv, so only when asked."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class GpuCost(Wire):
     """What one GPU of the host cost a run (energy.py says how each number is found)."""
 
@@ -629,7 +707,6 @@ class GpuCost(Wire):
     measured whole, so energy_wh includes theirs."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RunRecord(Wire):
     """One run a host's workdir holds (op `runs`)."""
 
@@ -645,9 +722,13 @@ class RunRecord(Wire):
     finished: dict[str, Any] | None = None
     gpu_costs: tuple[GpuCost, ...] | None = None
     """Each GPU the run held here, what it cost; None unless the request asked for `energy`."""
+    oneoff: dict[str, Any] | None = None
+    """A one-off command's run (`tfctl run`): its command, name, sweep and point; else None."""
+    framework: str | None = None
+    """The framework of the inventory's job the run is (tensorflow, torch, jax); None for a
+    one-off command's run, or one an older tfctl started."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RunsAnswer(Wire):
     """The runs of a host's workdir (op `runs`)."""
 
@@ -657,7 +738,6 @@ class RunsAnswer(Wire):
     """Newest first."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RunRef(Wire):
     """A request about one run of the host: `up_mark`, `restart_lost` (with `tasks`)."""
 
@@ -670,7 +750,6 @@ class RunRef(Wire):
 
 # ---------------------------------------------------------------- logs
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LogChunk(Wire):
     """A piece of a task's log, read from an offset (or its last lines)."""
 
@@ -682,7 +761,6 @@ class LogChunk(Wire):
     size: int | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LogsRequest(Wire):
     """Each task's log from an offset, or its last lines (op `logs`)."""
 
@@ -697,7 +775,6 @@ class LogsRequest(Wire):
     tail_lines: int | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LogsAnswer(Wire):
     """Each task's piece of log, by task name."""
 
@@ -708,7 +785,6 @@ class LogsAnswer(Wire):
 
 # ---------------------------------------------------------------- the lab and its queue
 
-@dataclass(frozen=True, eq=False, repr=False)
 class HostUser(Wire):
     """Who tfctl is on the host: the login's uid and user name."""
 
@@ -716,12 +792,10 @@ class HostUser(Wire):
     user: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ClaimsRequest(Wire):
     """The host's claims (op `claims`): it names nothing."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ClaimsAnswer(Wire):
     """The host's claims (op `claims`, and `up_check` where a task uses GPUs), with their state;
     ours that were stale or expired are removed first."""
@@ -739,7 +813,6 @@ class ClaimsAnswer(Wire):
     """The host's clock when it read them."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LabRequest(Wire):
     """Everything `tfctl lab` shows of a host (op `lab`), its idle sampler kept going."""
 
@@ -752,7 +825,6 @@ class LabRequest(Wire):
     """How long it samples after this request (None: lab.py's LINGER_S)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class GpuStateRequest(Wire):
     """What placement and a waiting job read of a host (op `gpu_state`)."""
 
@@ -764,7 +836,6 @@ class GpuStateRequest(Wire):
     """A ticket not refreshed for this long is stale (None: tickets.py's TICKET_STALE_S)."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class GpuState(ClaimsAnswer):
     """A host's GPUs, who computes on them, and the claims (ops `lab` and `gpu_state`): `lab`
     adds the idle sampler's measure and the host's name, `gpu_state` the queue's tickets where
@@ -786,7 +857,6 @@ class GpuState(ClaimsAnswer):
     ticket_warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ReserveRequest(Wire):
     """Reserve GPUs of the host until a time (op `reserve`)."""
 
@@ -803,7 +873,6 @@ class ReserveRequest(Wire):
     """The host's name in the inventory, written into the claims."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ReserveAnswer(Wire):
     """The GPUs reserved (op `reserve`), and the other users' claims on them (with `force`)."""
 
@@ -819,7 +888,6 @@ class ReserveAnswer(Wire):
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ReleaseRequest(Wire):
     """Remove our reservations of GPUs of the host (op `release`)."""
 
@@ -828,7 +896,6 @@ class ReleaseRequest(Wire):
     gpus: tuple[int, ...] | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ReleaseAnswer(Wire):
     """Our reservations removed (op `release`), and the GPUs another user reserved."""
 
@@ -843,7 +910,6 @@ class ReleaseAnswer(Wire):
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class TicketRequest(Wire):
     """Our queue ticket on the host: left or refreshed (op `ticket_put`: for `gpus` or `count`
     free GPUs), or removed (op `ticket_drop`: only `ticket_id`)."""
@@ -859,7 +925,6 @@ class TicketRequest(Wire):
     """Where the waiting client runs (its host), shown to the other users."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class TicketPutAnswer(Wire):
     """Our ticket's place in the queue (op `ticket_put`): when it was queued, by the host's
     clock, kept when a ticket is refreshed."""
@@ -868,7 +933,6 @@ class TicketPutAnswer(Wire):
     now: float | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class TicketDropAnswer(Wire):
     """Whether our ticket was removed (op `ticket_drop`; not there or not ours: False)."""
 
@@ -877,7 +941,6 @@ class TicketDropAnswer(Wire):
 
 # ---------------------------------------------------------------- `up` in two requests per host
 
-@dataclass(frozen=True, eq=False, repr=False)
 class UpCheckRequest(Wire):
     """Everything `up` asks of a host before it starts anything (op `up_check`)."""
 
@@ -893,7 +956,6 @@ class UpCheckRequest(Wire):
     choose: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class UpCheck(Wire):
     """Everything `up` must know of one host before anything starts anywhere (op `up_check`)."""
 
@@ -916,7 +978,6 @@ class UpCheck(Wire):
     gpus_error: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class UpGoRequest(Wire):
     """One round of a host's start (op `up_go`): prepare, launch, wait, status."""
 
@@ -936,7 +997,6 @@ class UpGoRequest(Wire):
     lease_token: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class UpGo(Wire):
     """One round of a host's start (op `up_go`): the tasks settled, and with every task of the
     host up in the last phase, its status."""
@@ -953,7 +1013,6 @@ class UpGo(Wire):
 
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class UpMark(Wire):
     """`up` verified the whole run (op `up_mark`): when the host recorded it for the watcher."""
 

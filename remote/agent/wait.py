@@ -72,7 +72,9 @@ def _accepts(port: int) -> bool:
     import socket
 
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        # the address as bytes: a str is encoded with the idna codec (unicodedata, stringprep)
+        loopback: Any = b"127.0.0.1"  # getaddrinfo takes bytes; typeshed says str only
+        socket.create_connection((loopback, port), timeout=0.2).close()
     except OSError:
         return False
     return True

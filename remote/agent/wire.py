@@ -14,6 +14,8 @@ the `json` module calls for the same work), because importing `json` imports `re
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -65,21 +67,48 @@ def json_loads(text: str) -> Any:
     try:
         value, end = _scan(text, 0)
     except StopIteration as stop:
-        raise ValueError(f"Expecting value: line 1 column {stop.value + 1}") from None
+        raise _decode_error("Expecting value", text, stop.value) from None
     if end != len(text):
-        raise ValueError(f"Extra data: line 1 column {end + 1}")
+        raise _decode_error("Extra data", text, end)
     return value
 
 
-def json_dumps(value: Any) -> str:
-    """`value` as JSON, as `json.dumps(value, default=str)` writes it (one line, ASCII)."""
+def _decode_error(what: str, text: str, at: int) -> ValueError:
+    """json.JSONDecodeError, as `json.loads` raises it (json is imported for a failure only)."""
+    from json import JSONDecodeError
+
+    return JSONDecodeError(what, text, at)
+
+
+def json_dumps(value: Any, *, sort_keys: bool = False,
+               default: Callable[[Any], Any] | None = None) -> str:
+    """`value` as JSON, as `json.dumps(value, sort_keys=..., default=...)` writes it (one line,
+    ASCII; a value JSON has no form for raises TypeError unless `default` turns it into one)."""
     if _json is None:
         import json
 
-        return json.dumps(value, default=str)
-    encode = _json.make_encoder({}, str, _json.encode_basestring_ascii, None, ": ", ", ",
-                                False, False, True)
+        return json.dumps(value, sort_keys=sort_keys, default=default)
+    encode = _json.make_encoder({}, default or _unwritable, _json.encode_basestring_ascii, None,
+                                ": ", ", ", sort_keys, False, True)
     return "".join(encode(value, 0))
+
+
+def _unwritable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def which(name: str) -> str | None:
+    """Where the command `name` is on the PATH, as `shutil.which(name)` finds it, without
+    importing shutil (which imports re, bz2 and lzma: ~40 M instructions of an agent's run)."""
+    seen = set()
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if folder in seen:
+            continue
+        seen.add(folder)
+        path = os.path.join(folder, name)
+        if os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
 
 
 class LaterModule:

@@ -171,11 +171,33 @@ def _disk_get(key: str) -> Settings | None:
     path = _cache_file()
     if path is None:
         return None
-    try:
-        entry = json.loads(path.read_bytes()).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+    entry = _disk_table(path).get(key)
     return entry if isinstance(entry, dict) else None
+
+
+_disk_read: dict[str, object] = {}
+"""The cache file as this process last read it: its "stamp" (inode, mtime, size) and "table"."""
+_disk_lock = threading.Lock()
+
+
+def _disk_table(path: Path) -> dict[str, object]:
+    """The cache file's table, parsed once per process while the file is unchanged (it holds
+    up to MAX_ENTRIES answers, ~0.6 MB: parsed per host, it cost a command on 16 hosts ~0.1 s
+    of CPU); {} where it cannot be read."""
+    with _disk_lock:  # the fleet's threads ask at once: one of them reads, the others wait
+        try:
+            info = path.stat()
+        except OSError:
+            return {}
+        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if _disk_read.get("stamp") != stamp:
+            try:
+                table = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                table = {}
+            _disk_read.update(stamp=stamp, table=table if isinstance(table, dict) else {})
+        found = _disk_read["table"]
+        return found if isinstance(found, dict) else {}
 
 
 def _disk_put(key: str, found: Settings) -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tfctl.remote.agent.vocab import replace
 from tfctl.remote.connect.transport import Transport, shell_path
 from tfctl.remote.errors import FleetError, RemoteError
 from tfctl.remote.runs.logs import LogBatch, whole_lines
@@ -239,8 +240,7 @@ def status_from(job: SlurmJob, answer: SlurmAnswer, tail: int, asked_at: float) 
         status = task_from_agent(started.get(task.name, task.host),
                                  {**raw, "last_lines": lines})
         if not status.failed:  # a failed task keeps its longer tail, for the cause
-            status = TaskStatus(**{**status.__dict__,
-                                   "last_lines": tuple(lines[-tail:]) if tail else ()})
+            status = replace(status, last_lines=tuple(lines[-tail:]) if tail else ())
         tasks.append(status)
     return SlurmStatus(job.run_id, tuple(tasks), {}, None,
                        "worker:0" if job.style == "flags" else None, asked_at,

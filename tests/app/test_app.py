@@ -8,7 +8,6 @@ every call, so each test checks what the user sees *and* what the app asked of t
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from textual.widgets import Log
 
@@ -19,6 +18,7 @@ from tests.support.fakes.ui_sources import (
     failing_sync,
 )
 from tests.support.pilot import fakes_app, polled, polled_app, screen_text, sync, until
+from tfctl.remote.agent.vocab import replace
 from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
 from tfctl.tui.app.widgets.cluster import ClusterView

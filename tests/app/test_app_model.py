@@ -17,6 +17,7 @@ from tests.support.fakes.ui_sources import (
     lab_inventory,
 )
 from tests.support.speed_lines import SPEED_LINES
+from tfctl.remote.agent.vocab import replace as replace_record
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess
@@ -132,7 +133,7 @@ def test_board_asks_to_close_the_run_once_every_worker_ended() -> None:
     for host in ctl.run_hosts:
         board.host_polled(host, ctl.tasks.get(host, ()), 1.0)
     assert not board.should_finalize()
-    ended = {h: tuple(replace(t, state="exited", exit_code=0) if t.type == "worker" else t
+    ended = {h: tuple(replace_record(t, state="exited", exit_code=0) if t.type == "worker" else t
                       for t in ts) for h, ts in ctl.tasks.items()}
     for host in ctl.run_hosts:
         board.host_polled(host, ended.get(host, ()), 2.0)

@@ -29,6 +29,7 @@ from tests.support.testbed.layout import free_port
 from tfctl.remote.connect.session.program import (
     AGENT_FILES,
     CLIENT_ONLY_MODULES,
+    DEFERRED_MODULES,
     agent_source,
     client_import_lines,
 )
@@ -38,37 +39,61 @@ pytestmark = pytest.mark.timeout(60)
 
 # ---------------------------------------------------------------- the program itself
 
-def _cut_by_ast(text: str) -> set[int]:
+def _cut_by_ast(text: str, of: tuple[str, ...] = CLIENT_ONLY_MODULES,
+                from_too: bool = True) -> set[int]:
     cut: set[int] = set()
     for node in ast.parse(text).body:
-        modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+        modules = [node.module or ""] if isinstance(node, ast.ImportFrom) and from_too else [
             alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-        if modules and all(m.split(".")[0] in CLIENT_ONLY_MODULES for m in modules):
+        if modules and all(m.split(".")[0] in of for m in modules):
             cut.update(range(node.lineno - 1, node.end_lineno or node.lineno))
     return cut
 
 
 @pytest.mark.parametrize("name", AGENT_FILES)
 def test_import_cut_matches_the_parser(name: str) -> None:
-    """The program builder's line scan cuts exactly the imports Python's parser finds."""
+    """The program builder's line scan cuts exactly the imports Python's parser finds: those
+    of client modules, and the `import` statements of the modules deferred to first use."""
     text = (Path(__file__).parents[2] / "remote" / "agent" / name).read_text()
-    assert client_import_lines(text.splitlines(keepends=True)) == _cut_by_ast(text)
+    lines = text.splitlines(keepends=True)
+    assert client_import_lines(lines) == _cut_by_ast(text)
+    assert client_import_lines(lines, DEFERRED_MODULES, False) == \
+        _cut_by_ast(text, DEFERRED_MODULES, False)
 
 
 def test_import_cut_handles_the_forms_it_meets() -> None:
-    """Parenthesised imports, several modules, comments; indented imports stay."""
+    """Parenthesised imports, several modules, comments; indented imports stay, and so do a
+    child program's, held in a string."""
     lines = ["from tfctl.remote.agent.rundir import (\n", "    a,\n", "    b,\n", ")\n",
              "import os, typing\n", "import typing  # annotations\n",
-             "from typing import Any\n", "    from tfctl import x\n", "import pathlib\n"]
+             "from typing import Any\n", "    from tfctl import x\n", "import pathlib\n",
+             'CHILD = r"""import json\n', "import json\n", 'print("""x""")\n', '"""\n',
+             "import json\n"]
     assert client_import_lines(lines) == {0, 1, 2, 3, 5, 6, 8}
+    assert client_import_lines(lines, DEFERRED_MODULES, False) == {13}
+
+
+def _run_on_hosts(tree: ast.Module) -> list[ast.AST]:
+    """Every node of the program but the bodies of `if MYPY:` (the type checker's own imports,
+    which no host runs)."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "MYPY":
+            todo += node.orelse
+            continue
+        todo += ast.iter_child_nodes(node)
+    return found
 
 
 def test_program_is_standalone_py38_stdlib() -> None:
     source = agent_source()
-    tree = ast.parse(source, feature_version=(3, 8))
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+    nodes = _run_on_hosts(ast.parse(source, feature_version=(3, 8)))
+    imported = {alias.name.split(".")[0] for node in nodes
                 if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+    imported |= {(node.module or "").split(".")[0] for node in nodes
                  if isinstance(node, ast.ImportFrom)}
     assert "tfctl" not in imported
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}

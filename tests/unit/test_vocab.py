@@ -6,14 +6,11 @@ program."""
 from __future__ import annotations
 
 import ast
-import base64
 import hashlib
 import json
 import re
 import subprocess
 import sys
-import zlib
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from tfctl.remote.agent.vocab import (
     TicketRequest,
     UpCheck,
     Wire,
+    fields,
 )
 from tfctl.remote.agent.wire import ANSWER_MARK, WIRE_VERSION
 from tfctl.remote.connect.local import LocalTransport
@@ -51,14 +49,14 @@ RECORDS = sorted((cls for cls in vars(vocab).values()
 def sample(cls: type[Wire], depth: int = 0) -> Any:
     """A record of `cls` whose every field holds a value other than its default."""
     given = {}
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(cls):
         nested = cls.NESTED.get(f.name)
         if nested is not None:
             shape, kind = nested
             one = sample(kind, depth + 1)
             given[f.name] = (one,) if shape == MANY else {"a": one} if shape == BY_NAME else one
         else:
-            given[f.name] = _value(f.name, str(f.type).replace(" | None", ""))
+            given[f.name] = _value(f.name, f.annotation.replace(" | None", ""))
     return cls(**given)
 
 
@@ -196,8 +194,8 @@ def _agent(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
     """Make `source` the agent program the client sends (and installs) on a start."""
     program = (source + "\n").encode()
     name = f"agent_{hashlib.sha256(program).hexdigest()[:16]}.py"
-    monkeypatch.setattr(agentclient, "payload", lambda: agentclient.Payload(
-        name, len(program), base64.b64encode(zlib.compress(program)) + b"\n"))
+    monkeypatch.setattr(agentclient, "payload",
+                        lambda: agentclient.Payload(name, len(program), program))
 
 
 def test_the_current_agent_answers_in_the_current_version(tmp_path: Path) -> None:

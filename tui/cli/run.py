@@ -231,15 +231,19 @@ def _queue_up(ctx: click.Context, when_free: bool, timeout: str | None, wait_: b
               force: bool, on: str, as_json: bool, up_args: list[str],
               only: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """`up --when-free`: queue the job (tui/cli/queue.py) rather than start it now."""
+    from tfctl.remote.engines.choice import queue_refusal
     from tfctl.remote.lab.targets import parse_duration
     from tfctl.tui.cli.queue import queue_up
 
     if not when_free:
         raise click.UsageError("--timeout is for --when-free (how long to wait for GPUs)")
-    for given, name in ((wait_, "--wait"), (force, "--force"), (on != "lab", f"--on {on}")):
+    for given, name in ((wait_, "--wait"), (force, "--force")):
         if given:
             raise click.UsageError(f"--when-free waits for free GPUs in the background; "
                                    f"{name} does not go with it")
+    refused = queue_refusal(on)
+    if refused:
+        raise click.UsageError(f"--when-free does not go with --on {on}: {refused}")
     try:
         timeout_s = parse_duration(timeout or "12h")
     except ValueError as exc:
@@ -258,9 +262,10 @@ def _up_json(st: RunStatus, chosen: Selection) -> dict[str, Any]:
 
 def _task_json(t: Any, patterns: Sequence[str] = ()) -> dict[str, Any]:
     """A task as JSON, with the speed its last lines state (`speed_per_s`, `speed_unit`)."""
+    from tfctl.remote.agent.vocab import fields
     from tfctl.tui.cli.output import task_speed
 
-    data = dict(t.__dict__)
+    data = {f.name: getattr(t, f.name) for f in fields(t)}
     data["last_lines"] = list(t.last_lines)
     speed = task_speed(t, patterns)
     data["speed_per_s"], data["speed_unit"] = speed if speed else (None, None)

@@ -17,6 +17,7 @@ from typing import Any
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
 from tfctl.remote.agent.vocab import GpuState
+from tfctl.remote.agent.vocab import replace as replace_record
 from tfctl.remote.connect.session.agentops import StartState
 from tfctl.remote.controller import DownSummary, UpOptions
 from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
@@ -221,14 +222,14 @@ class FakeController:
         self._record("down", str(grace_s))
         with self.lock:
             stopped = [t.name for ts in self.tasks.values() for t in ts if not t.ended]
-            self.tasks = {h: tuple(replace(t, state="stopped") if not t.ended else t
+            self.tasks = {h: tuple(replace_record(t, state="stopped") if not t.ended else t
                                    for t in ts) for h, ts in self.tasks.items()}
         return DownSummary(self.run_id, tuple(sorted(stopped)), tuple(self.unreachable))
 
     def restart_task(self, task: str) -> None:
         self._record("restart_task", task)
         with self.lock:
-            self.tasks = {h: tuple(replace(t, state="running", exit_code=None,
+            self.tasks = {h: tuple(replace_record(t, state="running", exit_code=None,
                                            restarts=t.restarts + 1, uptime_s=0.0)
                                    if t.name == task else t for t in ts)
                           for h, ts in self.tasks.items()}
@@ -239,7 +240,7 @@ class FakeController:
         with self.lock:
             lost = [t for ts in self.tasks.values() for t in ts
                     if t.state == "lost" and target in (t.host, t.name)]
-            self.tasks = {h: tuple(replace(t, state="running", host_restarted_at_s=None,
+            self.tasks = {h: tuple(replace_record(t, state="running", host_restarted_at_s=None,
                                            uptime_s=0.0) if t in lost else t for t in ts)
                           for h, ts in self.tasks.items()}
         return RestartResult(str(self.run_id), lost[0].host, tuple(t.name for t in lost),
@@ -253,7 +254,7 @@ class FakeController:
                 RunSummary("2026-11-21-1800", started_at=1795420000.0, finished_at=1795423600.0,
                            ended="exit 1: chief:0 ended", exit_code=1)]
 
-    def testbed(self) -> list[HostLab]:
+    def lab(self) -> list[HostLab]:
         """The seeds' box: titan's GPU 0 held by alice's run, 1 reserved by bob, 2 held by
         carol's forgotten notebook for 40 min at 0 %, 3 free with a stale claim; gtx970 free;
         old-box without nvidia-smi."""
