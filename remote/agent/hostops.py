@@ -16,6 +16,7 @@ from typing import Any
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.disk import room_at
 from tfctl.remote.agent.freeports import choose_ports, release
+from tfctl.remote.agent.fwprobe import fw_probe, fw_versions
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.rundir import expand
 from tfctl.remote.agent.sync import put_files, sync_diff
@@ -66,13 +67,15 @@ def op_probe(req: ProbeRequest) -> ProbeAnswer:
     tf_version = next(iter(installed.values()), None)
     workdir = req.workdir
     tensorflow = tf_probe(installed, req.fresh) if req.ask_tf else None
+    versions = fw_versions() if req.ask else {}
     return ProbeAnswer(
         tensorflow, installed, sys.version.split()[0], sys.executable, tf_version,
         shutil.which("nvidia-smi"), os.path.expanduser("~"),
         None if workdir is None else expand(workdir),
         None if workdir is None else room_at(expand(workdir)), hostname(),
         shutil.which("rsync"), user_name(os.getuid()), os.getuid(),
-        os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1")
+        os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1", versions,
+        {name: fw_probe(name, versions, req.fresh) for name in req.ask})
 
 
 def op_ports(req: PortsRequest) -> PortsAnswer:

@@ -167,7 +167,8 @@ def op_runs(req: RunsRequest) -> RunsAnswer:
                               tuple(t.get("name") for t in manifest.get("tasks", [])), run_dir,
                               manifest.get("inventory"), tuple(manifest.get("outputs") or ()),
                               read_json(os.path.join(run_dir, "finished.json")),
-                              tuple(energy_of_run(run_dir, live[run_id])) if req.energy else None))
+                              tuple(energy_of_run(run_dir, live[run_id])) if req.energy else None,
+                              manifest.get("oneoff"), manifest.get("framework")))
     runs.sort(key=lambda r: (r.created_at or 0, r.run_id), reverse=True)
     return RunsAnswer(tuple(runs))
 

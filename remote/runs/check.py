@@ -1,9 +1,10 @@
 """`tfctl check`: the preflight, every host in parallel, one finding per problem.
 
-Per host: reachable over SSH with a verified key; the inventory's python runs; its TensorFlow
-version; nvidia-smi and the GPU indices the inventory selects; no other user's or run's process
-on the GPUs the plan assigns; every task port free; and every other host able to reach this
-host's task ports (temporary listeners, then connects from every peer, to the names the
+Per host: reachable over SSH with a verified key; the inventory's python runs; what the job's
+framework says there (TensorFlow: its version, the GPUs it sees; `Framework.judge_install`,
+`judge_host`); nvidia-smi and the GPU indices the inventory selects; no other user's or run's
+process on the GPUs the plan assigns; every task port free; and every other host able to reach
+this host's task ports (temporary listeners, then connects from every peer, to the names the
 cluster spec gives), which is what a firewall between lab machines breaks, and what a name the
 hosts cannot resolve (an ssh alias, say) breaks before any firewall is involved.
 """
@@ -12,17 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from tfctl.inventory.frameworks import framework_of
+from tfctl.inventory.frameworks.interface import Level, host_port
 from tfctl.inventory.model import Inventory
-from tfctl.inventory.plan import Plan, host_port
+from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
+from tfctl.remote.connect.session.agentops import ConnectResult
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.errors import HostUnreachable
-from tfctl.remote.gpus.busy import find_busy_gpus
 
-Level = Literal["ok", "info", "warn", "fail"]
 LISTEN_SECONDS = 15
 
 
@@ -48,17 +50,18 @@ class HostReport:
 
 def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     inv = plan.inventory
+    framework = framework_of(inv.job)
     reports = {h.name: HostReport(h.name) for h in inv.hosts}
-    probes = fleet.map(lambda t: _probe(t, plan))
+    probes = fleet.map(lambda t: _probe(t, framework.asks_host))
     for name, exc in probes.failed.items():
         reports[name].add("fail", str(exc.what) if isinstance(exc, HostUnreachable) else exc.full())
     for name, (probe, gpu_indices) in probes.succeeded.items():
         reports[name].probe = probe
-        _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus)
+        _judge_probe(reports[name], probe, gpu_indices, inv.host(name).gpus,
+                     framework.judge_install(probe), framework.title)
         for level, text in judge_room(probe.get("workdir_free_bytes"), inv.job.disk_floor_bytes):
             reports[name].add(level, text)
-        for level, text in judge_tensorflow(probe.get("tensorflow"), inv.host(name).gpus,
-                                            inv.job.keras):
+        for level, text in framework.judge_host(probe, inv.host(name).gpus, inv.job):
             reports[name].add(level, text)
     reachable = [n for n in probes.succeeded]
     busy, now = _check_ports(fleet, plan, reachable, reports)
@@ -67,30 +70,31 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     return [reports[h.name] for h in inv.hosts]
 
 
-def _probe(t: Transport, plan: Plan) -> tuple[dict[str, Any], list[int] | None]:
-    probe = agentops.probe(t, t.host.workdir, ask_tf=True)
+def _probe(t: Transport, asks: tuple[str, ...]) -> tuple[dict[str, Any], list[int] | None]:
+    """The host's probe as data (the framework's judges, in inventory/, read it by key), asking
+    what the framework asks (`Framework.asks_host`: "tensorflow", or another framework's name,
+    agent fwprobe.py), and the GPU indices nvidia-smi lists there (None: no nvidia-smi)."""
+    probe = agentops.probe(t, t.host.workdir, ask_tf="tensorflow" in asks,
+                           ask=tuple(a for a in asks if a != "tensorflow"))
     gpus: list[int] | None = None
-    if probe.get("nvidia_smi"):
+    if probe.nvidia_smi:
         res = t.run("nvidia-smi --query-gpu=index --format=csv,noheader", timeout_s=20)
         gpus = [int(x) for x in res.stdout.split() if x.strip().isdigit()] if res.ok else []
-    return probe, gpus
+    return probe.to_wire(), gpus
 
 
 def _judge_probe(report: HostReport, probe: Mapping[str, Any], found: list[int] | None,
-                 wanted: tuple[int, ...]) -> None:
+                 wanted: tuple[int, ...], installed: list[tuple[Level, str]],
+                 title: str) -> None:
+    """Reached, its python, the framework's installation (`installed`), its GPUs."""
     report.add("ok", f"reachable as {probe.get('user')}@{probe.get('hostname')}, "
                      f"python {probe.get('python')} ({probe.get('executable')})")
     if probe.get("configured_python_missing"):
         report.add("fail", "the inventory's `python:` does not exist there yet (if `job.setup` "
-                           "creates it, run `tfctl setup`); TensorFlow not checked")
+                           f"creates it, run `tfctl setup`); {title} not checked")
         return
-    tf = probe.get("tf_version")
-    if tf:
-        report.add("ok", f"TensorFlow {tf}")
-    else:
-        report.add("fail", f"TensorFlow is not installed for {probe.get('executable')}: "
-                           "install it there (pip install tensorflow) or point `python:` "
-                           "at an interpreter that has it")
+    for level, text in installed:
+        report.add(level, text)
     if found is None:
         if wanted:
             report.add("fail", f"the inventory selects GPUs {list(wanted)} but nvidia-smi is not "
@@ -161,6 +165,8 @@ def _check_ports(fleet: Fleet, plan: Plan, hosts: list[str],
 def _check_gpus_free(fleet: Fleet, plan: Plan, hosts: list[str],
                      reports: dict[str, HostReport]) -> None:
     """Other users' or runs' compute processes on the GPUs the plan assigns: one fail each."""
+    from tfctl.remote.gpus.busy import find_busy_gpus  # `check` only: not `up`'s import
+
     report = find_busy_gpus(fleet, plan, hosts)
     for name, state in report.hosts.items():
         if state.error:
@@ -199,9 +205,9 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
     free = {h: [p for p in _task_ports(plan, h) if p not in busy[h]] for h in hosts}
     listening = fleet.map(lambda t: agentops.listen(t, free[t.host.name], LISTEN_SECONDS),
                           hosts)
-    up = [h for h in hosts if h in listening.succeeded and listening.succeeded[h].get("bound")]
+    up = [h for h in hosts if h in listening.succeeded and listening.succeeded[h].bound]
     for h in up:
-        free[h] = [int(p) for p in listening.succeeded[h]["bound"]]
+        free[h] = [int(p) for p in listening.succeeded[h].bound]
 
     ports = [(host_port(plan.address_of(h), p), h) for h in up for p in free[h]]
     owner = dict(ports)  # a target → the host it names in the cluster spec
@@ -213,64 +219,42 @@ def _check_peers(fleet: Fleet, plan: Plan, hosts: list[str], busy: dict[str, set
     for src, result in connects.succeeded.items():
         for level, text in judge_peers(result, owner, plan.inventory):
             reports[src].add(level, text)
-        if up and all(r.get("ok") for r in result):
+        if up and all(r.ok for r in result):
             reports[src].add("ok", f"reaches {len(targets_for(src))} task ports on its peers")
     # The listeners would exit by themselves after LISTEN_SECONDS; free the ports now.
-    pids = {h: int(listening.succeeded[h].get("pid") or 0) for h in up}
+    pids = {h: int(listening.succeeded[h].pid or 0) for h in up}
     fleet.map(lambda t: t.run(f"kill {pids[t.host.name]}"), [h for h in up if pids[h]])
 
 
-def judge_peers(results: Sequence[Mapping[str, Any]], owner: Mapping[str, str],
+def judge_peers(results: Sequence[ConnectResult], owner: Mapping[str, str],
                 inv: Inventory) -> list[tuple[Level, str]]:
     """What a host found connecting to its peers' task ports (agent op `connect`; `owner`: each
     target's host): a name it cannot resolve is no firewall's doing, and is said apart from the
     ports it cannot reach."""
+    title = framework_of(inv.job).title
     unresolved: dict[str, str] = {}
     for r in results:
-        if not r.get("ok") and r.get("why") == "unresolved":
-            name = str(r["target"]).rpartition(":")[0].strip("[]")
-            unresolved.setdefault(name, owner.get(str(r["target"]), "?"))
+        if not r.ok and r.why == "unresolved":
+            name = r.target.rpartition(":")[0].strip("[]")
+            unresolved.setdefault(name, owner.get(r.target, "?"))
     found: list[tuple[Level, str]] = []
     for name, host in unresolved.items():
         written = any(h.name == host and h.cluster_address for h in inv.hosts)
         fix = ("correct its `cluster_address:`" if written else
                "give it `cluster_address: <the IP or name the hosts know it by>`")
         found.append(("fail", f"cannot resolve {name!r}, the name the cluster spec gives {host}: "
-                              "TensorFlow's tasks here could not find it (no firewall is to "
+                              f"{title}'s tasks here could not find it (no firewall is to "
                               f"blame); {fix}, or add the name to this host's /etc/hosts or DNS"))
-    blocked = [r for r in results if not r.get("ok") and r.get("why") != "unresolved"]
-    refused = [str(r["target"]) for r in blocked if r.get("why") == "refused"]
-    other = [str(r["target"]) for r in blocked if r.get("why") != "refused"]
+    blocked = [r for r in results if not r.ok and r.why != "unresolved"]
+    refused = [r.target for r in blocked if r.why == "refused"]
+    other = [r.target for r in blocked if r.why != "refused"]
     if other:
         found.append(("fail", f"cannot reach {', '.join(other)} (a firewall between hosts?): "
-                              "TensorFlow tasks must reach each other's ports"))
+                              f"{title} tasks must reach each other's ports"))
     if refused:
         found.append(("fail", f"cannot reach {', '.join(refused)}: refused while a listener "
                               "was there (a firewall that rejects, or the name is another "
-                              "machine from here): TensorFlow tasks must reach each other's "
+                              f"machine from here): {title} tasks must reach each other's "
                               "ports"))
     return found
 
-
-def judge_tensorflow(tf: Mapping[str, Any] | None, wanted: tuple[int, ...],
-                     keras: str) -> list[tuple[Level, str]]:
-    """What TensorFlow itself said on the host (`agent/tfprobe.py`), against the inventory."""
-    if tf is None:
-        return []
-    if not tf.get("importable"):
-        return [("fail", f"`import tensorflow` fails there: {tf.get('error')}")]
-    gpus = list(tf.get("gpus") or [])
-    found: list[tuple[Level, str]] = [("ok", f"TensorFlow {tf.get('version')} "
-                                             f"({tf.get('distribution')}) sees {len(gpus)} GPU(s)")]
-    if wanted and tf.get("distribution") == "tensorflow-cpu":
-        found.append(("fail", f"tensorflow-cpu cannot use the {len(wanted)} GPU(s) the inventory "
-                              "selects: install `tensorflow[and-cuda]` there instead"))
-    elif wanted and len(gpus) < len(wanted):
-        found.append(("fail", f"TensorFlow sees {len(gpus)} GPU(s) but the inventory selects "
-                              f"{len(wanted)} (built with CUDA: "
-                              f"{'yes' if tf.get('built_with_cuda') else 'no'}): check the "
-                              "driver and CUDA libraries TensorFlow needs"))
-    if keras == "legacy" and not tf.get("tf_keras"):
-        found.append(("fail", "`job.keras: legacy` needs the tf_keras package: "
-                              "`pip install --no-deps tf-keras` there"))
-    return found

@@ -11,7 +11,9 @@ the job too: workers block on a missing ps forever (classic flags) or fail with 
 task; whoever observes it stops the remaining ps, workers and chief (the evaluator and TensorBoard
 stay up for reading the results) and the job's status is the failed task's. To resume instead,
 ask for `restart: {chief: on-failure}` (the chief restarts and reads its checkpoint) — while a
-restart is pending the task is `starting`, not failed.
+restart is pending the task is `starting`, not failed. The ranks of a process group (torch,
+jax: style `env`) are each such a task, and rank 0 is the chief: the group cannot go on
+without any of them (inventory/frameworks/ranks.py).
 
 A task lost to its host's restart (`lost (host restarted at T)`: the host rebooted under it, its
 records kept) is neither: it waits for `tfctl restart` (or `down`), and the job's end waits with
@@ -23,10 +25,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from tfctl.remote.agent.vocab import TaskRecord
+from tfctl.remote.agent.vocab import TaskRecord, replace
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.reach import clock_hms, reach_json, unreachable_words
@@ -38,11 +40,11 @@ ENDED = ("exited", "killed", "stopped", "lost")
 FATAL_TYPES = ("ps", "chief")
 
 
-@dataclass(frozen=True)
 class TaskStatus(TaskRecord):
     """A task of the run as its host's agent answered it (the vocabulary's `TaskRecord`, every
-    field of it) with the host that answered and what the client reads of it: whether it
-    ended, failed, waits for a restart, and the line of its log that says most."""
+    field of it, and a record as it is: frozen, read by `from_wire`) with the host that
+    answered and what the client reads of it: whether it ended, failed, waits for a restart,
+    and the line of its log that says most."""
 
     last_line: str = ""
     """The log's last line (the last that is not a framework's start-up notice, where the
@@ -80,13 +82,17 @@ class RunStatus:
     unreachable: Mapping[str, str]
     finished: Mapping[str, Any] | None = None
     acting_chief: str | None = None
-    """A task that is the chief without the name: worker:0 in the flags style."""
+    """A task that is the chief without the name: worker:0 in the flags style, rank 0 of a
+    group."""
     asked_at_s: float | None = None
     """Wall-clock time this read began: an unreachable host has not answered since then."""
     silences: tuple[Silence, ...] = ()
     """Hosts whose watcher cannot reach the chief's port now (silence, not a refusal)."""
     records_stopped: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """host → since when and why the run's records stopped there (a full disk)."""
+    group: bool = False
+    """The workers are one process group's ranks (torch, jax: style `env`): the failure of any
+    ends the job, as a chief's would."""
 
     def unreachable_since(self, host: str) -> float | None:
         if host not in self.unreachable:
@@ -105,15 +111,15 @@ class RunStatus:
 
     @property
     def job_ended(self) -> bool:
-        return job_ended(self._judged, self.acting_chief)
+        return job_ended(self._judged, self.acting_chief, self.group)
 
     @property
     def exit_code(self) -> int:
-        return job_exit_code(self._judged, self.acting_chief)
+        return job_exit_code(self._judged, self.acting_chief, self.group)
 
     @property
     def fatal(self) -> TaskStatus | None:
-        return fatal_failure(self._judged, self.acting_chief)
+        return fatal_failure(self._judged, self.acting_chief, self.group)
 
     @property
     def lost_to_restarts(self) -> dict[str, float]:
@@ -156,7 +162,7 @@ def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAn
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
                      acting_chief_of(style), asked_at, silences=tuple(silences),
-                     records_stopped=records)
+                     records_stopped=records, group=style == "env")
 
 
 def records_words(host: str, state: Mapping[str, Any]) -> str:
@@ -172,8 +178,9 @@ def records_words(host: str, state: Mapping[str, Any]) -> str:
 
 def acting_chief_of(style: str) -> str | None:
     """In the flags style worker 0 is the chief in practice: it initialises and saves, so its
-    end is the job's end (remote/runs/endrule.py says the same to the hosts)."""
-    return "worker:0" if style == "flags" else None
+    end is the job's end, and so is rank 0's in a process group (style `env`)
+    (remote/runs/endrule.py says the same to the hosts)."""
+    return "worker:0" if style in ("flags", "env") else None
 
 
 def _is_chief(task: TaskStatus, acting_chief: str | None) -> bool:
@@ -190,18 +197,21 @@ def task_from_agent(host: str, record: TaskRecord | Mapping[str, Any]) -> TaskSt
     return replace(task, host=host, last_line=last)
 
 
-def fatal_failure(tasks: tuple[TaskStatus, ...],
-                  acting_chief: str | None = None) -> TaskStatus | None:
-    """The first ps or chief that failed for good: the job cannot continue without it."""
-    return next((t for t in tasks if (t.type in FATAL_TYPES or t.name == acting_chief)
-                 and t.failed), None)
+def fatal_failure(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None,
+                  group: bool = False) -> TaskStatus | None:
+    """The first ps or chief (any rank, in a group) that failed for good: the job cannot
+    continue without it."""
+    return next((t for t in tasks if (t.type in FATAL_TYPES or t.name == acting_chief or
+                                      (group and t.type == "worker")) and t.failed), None)
 
 
 def describe_fatal(task: TaskStatus) -> str:
     """`ps:0 on h1 failed (killed by SIGKILL): the job cannot continue without its parameter
     servers`."""
+    without = {"ps": "its parameter servers", "chief": "its chief"}.get(
+        task.type, "every rank of its group" if task.type == "worker" else "it")
     said = (f"{task.name} on {task.host} failed ({task.describe()}): the job cannot continue "
-            f"without {'its parameter servers' if task.type == 'ps' else 'its chief'}")
+            f"without {without}")
     return said + describe_error(task.last_lines)
 
 
@@ -212,8 +222,9 @@ def describe_error(lines: Sequence[str]) -> str:
     return text + (f"\n  hint: {failure.hint}" if failure.hint else "")
 
 
-def job_ended(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None) -> bool:
-    if fatal_failure(tasks, acting_chief) is not None:
+def job_ended(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None,
+              group: bool = False) -> bool:
+    if fatal_failure(tasks, acting_chief, group) is not None:
         return True
     chiefs = [t for t in tasks if _is_chief(t, acting_chief)]
     if chiefs:
@@ -222,10 +233,11 @@ def job_ended(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None) ->
     return bool(workers) and all(t.ended for t in workers)
 
 
-def job_exit_code(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None) -> int:
-    """The job's status: a failed ps's or chief's, else the chief's, or the worst worker's (a
-    signal counts as 128+n)."""
-    fatal = fatal_failure(tasks, acting_chief)
+def job_exit_code(tasks: tuple[TaskStatus, ...], acting_chief: str | None = None,
+                  group: bool = False) -> int:
+    """The job's status: a failed ps's or chief's (or rank's), else the chief's, or the worst
+    worker's (a signal counts as 128+n)."""
+    fatal = fatal_failure(tasks, acting_chief, group)
     deciders = [fatal] if fatal is not None else (
         [t for t in tasks if t.type == "chief"] or [t for t in tasks if t.type == "worker"])
     worst = 0

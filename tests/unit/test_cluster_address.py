@@ -20,6 +20,7 @@ import pytest
 
 from tfctl.inventory import InventoryError, make_plan, parse_inventory
 from tfctl.inventory.model import Host
+from tfctl.remote.agent.vocab import ConnectResult
 from tfctl.remote.connect.clusteraddr import cluster_address
 from tfctl.remote.runs.check import judge_peers
 
@@ -164,13 +165,14 @@ def test_tfctl_plan_prints_the_hostnames_and_imports_no_ssh_library(home: Path) 
 
 OWNER = {"10.231.0.12:2222": "labh2", "nosuchhost.invalid:2223": "labh3",
          "10.231.0.14:2222": "labh4", "10.231.0.15:2222": "labh5"}
-UNRESOLVED = {"target": "nosuchhost.invalid:2223", "ok": False, "why": "unresolved",
-              "error": "[Errno -2] Name or service not known"}
-TIMEOUT = {"target": "10.231.0.14:2222", "ok": False, "why": "timeout", "error": "timed out"}
-REFUSED = {"target": "10.231.0.15:2222", "ok": False, "why": "refused",
-           "error": "[Errno 111] Connection refused"}
-FINE = {"target": "10.231.0.12:2222", "ok": True, "why": None, "error": None}
-OLD_AGENT = {"target": "10.231.0.14:2222", "ok": False, "error": "timed out"}  # no `why`
+UNRESOLVED = ConnectResult.from_wire({"target": "nosuchhost.invalid:2223", "ok": False,
+                                      "why": "unresolved",
+                                      "error": "[Errno -2] Name or service not known"})
+TIMEOUT = ConnectResult("10.231.0.14:2222", False, "timed out", "timeout")
+REFUSED = ConnectResult("10.231.0.15:2222", False, "[Errno 111] Connection refused", "refused")
+FINE = ConnectResult("10.231.0.12:2222", True)
+OLD_AGENT = ConnectResult.from_wire({"target": "10.231.0.14:2222", "ok": False,
+                                     "error": "timed out"})  # no `why`
 HOSTS = textwrap.dedent("""\
     name: lab
     hosts:
@@ -195,7 +197,7 @@ HOSTS = textwrap.dedent("""\
                              "cannot reach 10.231.0.14:2222 (a firewall"], []),
 ])
 def test_check_tells_an_unresolvable_name_from_a_firewall(
-        results: list[dict[str, Any]], words: list[str], not_words: list[str]) -> None:
+        results: list[ConnectResult], words: list[str], not_words: list[str]) -> None:
     found = judge_peers(results, OWNER, parse_inventory(HOSTS, "c.yaml"))
     text = "\n".join(t for _, t in found)
     assert all(level == "fail" for level, _ in found)

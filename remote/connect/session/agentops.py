@@ -87,12 +87,14 @@ def _call(t: Transport, op: str, request: Wire, timeout_s: float | None = 60.0) 
 
 # ---------------------------------------------------------------- preflight
 
-def probe(t: Transport, workdir: str, ask_tf: bool = False) -> ProbeAnswer:
+def probe(t: Transport, workdir: str, ask_tf: bool = False,
+          ask: tuple[str, ...] = ()) -> ProbeAnswer:
     """What the host has (python, TensorFlow, nvidia-smi, disk, the workdir) (op `probe`).
-    `ask_tf`: also what TensorFlow says of itself (version, package, the GPUs it sees), asked
-    once per interpreter and cached on the host."""
-    return ProbeAnswer.from_wire(_call(t, "probe", ProbeRequest(workdir, ask_tf),
-                                       timeout_s=240.0 if ask_tf else 60.0))
+    `ask_tf`: also what TensorFlow says of itself (version, package, the GPUs it sees); `ask`:
+    what these other frameworks say (torch, jax); each asked once per interpreter and version
+    and cached on the host."""
+    return ProbeAnswer.from_wire(_call(t, "probe", ProbeRequest(workdir, ask_tf, ask=ask),
+                                       timeout_s=240.0 if ask_tf or ask else 60.0))
 
 
 # ---------------------------------------------------------------- ports / port probe

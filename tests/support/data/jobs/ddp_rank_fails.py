@@ -2,7 +2,9 @@
 all-reduce) (tests/testbed/test_frameworks.py). Without FAILED_ONCE the others then idle
 without a collective that would tell them: only tfctl can end the group. With FAILED_ONCE (a
 file) the rank fails only while that file is missing, and makes it; the others all-reduce, so
-they fail with it, and a group restarted whole then all-reduces to its end."""
+they fail with it, and a group restarted whole then all-reduces to its end. FAIL_AFTER_S: how
+long the failing rank waits after the all-reduce, so that it fails after `up` has returned
+(a rank without a port counts as started once it has run 5 s: agent/state.py)."""
 
 import os
 import time
@@ -16,6 +18,7 @@ once = os.environ.get("FAILED_ONCE")
 if dist.get_rank() == int(os.environ["FAIL_RANK"]) and not (once and os.path.exists(once)):
     if once:
         open(once, "w").close()
+    time.sleep(float(os.environ.get("FAIL_AFTER_S", "0")))
     print(f"rank {dist.get_rank()} fails on purpose", flush=True)
     os._exit(3)  # at once: sys.exit would unwind gloo's threads, which may abort instead
 if not once:

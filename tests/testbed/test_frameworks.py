@@ -1,0 +1,147 @@
+"""PyTorch and JAX jobs of ranks across two testbed hosts, on the CPU, from the frameworks' venv
+(tests/support/fwvenv.py): a script written for torchrun (DDP over gloo), a plain JAX script
+(psum over gloo collectives) and a Keras 3 script calling `keras.distribution.initialize()`
+with no arguments each run unchanged with `up --wait` exiting 0; a rank that fails ends the
+whole group (inventory/frameworks/ranks.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.testbedtools import (
+    processes_of_run,
+    run_id_from,
+    status_json,
+    tfctl,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.testbed, pytest.mark.frameworks, pytest.mark.timeout(1500)]
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+JOBS = Path(__file__).parents[1] / "support" / "data" / "jobs"
+QUICK_END = {"TFCTL_CLOSED_FOR_GOOD_S": "3"}
+
+
+def job_inventory(testbed: Any, tmp_path: Path, python: Path, job: dict[str, Any],
+                  *scripts: Path, on_h2: int = 1) -> Path:
+    """`job` on h1 (one rank) and h2 (`on_h2` ranks), CPU only, run by `python`."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for script in scripts:
+        shutil.copy(script, folder / script.name)
+    return testbed.write_inventory(folder / "cluster.yaml", job, hosts=["h1", "h2"],  # type: ignore[no-any-return]
+                                   ps={"h1": 0, "h2": 0}, python=str(python),
+                                   host_fields={"h2": {"cpu_workers": on_h2}})
+
+
+def up_wait(testbed: Any, tmp_path: Path, python: Path, job: dict[str, Any], *scripts: Path,
+            on_h2: int = 1) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
+    """`up --wait` of `job_inventory`'s job: its answer, the plan, and the logs; the run is
+    stopped afterwards whatever happened."""
+    inv = job_inventory(testbed, tmp_path, python, job, *scripts, on_h2=on_h2)
+    plan = json.loads(tfctl(inv, "plan", "--json").stdout)
+    try:
+        up = tfctl(inv, "up", "--wait", timeout=900, env=QUICK_END)
+        logs = tfctl(inv, "logs", "-n", "40").stdout
+        if "is up" in up.stdout:
+            assert processes_of_run(run_id_from(up.stdout)) == {}, "the run left processes"
+        return up, plan, logs
+    finally:
+        tfctl(inv, "down", "--grace", "1")
+
+
+def result(logs: str) -> dict[str, Any]:
+    line = next(x for x in logs.splitlines() if "RESULT " in x)
+    return dict(json.loads(line.split("RESULT ", 1)[1]))
+
+
+def test_a_torchrun_script_trains_ddp_across_two_hosts(testbed: Any, frameworks_python: Path,
+                                                       tmp_path: Path) -> None:
+    job = {"script": "torch_ddp.py", "framework": "torch", "args": ["--steps=10"]}
+    up, plan, logs = up_wait(testbed, tmp_path, frameworks_python, job,
+                             EXAMPLES / "torch_ddp.py", on_h2=2)  # LOCAL_RANK 0 and 1 there
+    assert up.returncode == 0, up.stdout + up.stderr + logs
+    runs = tfctl(tmp_path / "job" / "cluster.yaml", "runs")
+    assert "    PyTorch: 3 tasks on h1, h2" in runs.stdout, runs.stdout  # the run's framework
+    check = tfctl(tmp_path / "job" / "cluster.yaml", "check", "-v")
+    for host in ("h1", "h2"):  # torch asked on each host, in the frameworks' venv
+        assert f"{host}: PyTorch 2.13.0+cpu sees 0 GPU(s); backends: gloo" in check.stdout, \
+            check.stdout + check.stderr
+    assert [(t["host"], t["env"]["RANK"], t["env"]["LOCAL_RANK"]) for t in plan["tasks"]] == \
+        [("h1", "0", "0"), ("h2", "1", "0"), ("h2", "2", "1")]
+    assert result(logs) == {"world_size": 3, "ranks_sum": 3, "same_weights": True,
+                            "loss": result(logs)["loss"], "backend": "gloo"}
+
+
+def test_a_jax_script_sums_over_every_process_of_two_hosts(testbed: Any,
+                                                           frameworks_python: Path,
+                                                           tmp_path: Path) -> None:
+    job = {"script": "jax_psum.py", "framework": "jax"}
+    up, _, logs = up_wait(testbed, tmp_path, frameworks_python, job, EXAMPLES / "jax_psum.py")
+    assert up.returncode == 0, up.stdout + up.stderr + logs
+    said = result(logs)
+    assert said["processes"] == 2 and said["psum"] == said["expected"] == 3.0, said
+
+
+def test_a_keras_script_initializes_its_distribution_from_the_environment(
+        testbed: Any, frameworks_python: Path, tmp_path: Path) -> None:
+    job = {"script": "keras_jax.py", "framework": "jax"}
+    up, _, logs = up_wait(testbed, tmp_path, frameworks_python, job, EXAMPLES / "keras_jax.py")
+    assert up.returncode == 0, up.stdout + up.stderr + logs
+    assert result(logs)["processes"] == 2 and result(logs)["devices"] == 2
+    check = tfctl(tmp_path / "job" / "cluster.yaml", "check", "-v")
+    assert "h2: JAX 0.10.2 (jaxlib 0.10.2), Keras 3.15.1" in check.stdout, check.stdout
+    assert "h2: JAX 0.10.2 sees 0 GPU(s) (default backend cpu)" in check.stdout, check.stdout
+
+
+def test_a_rank_that_fails_ends_the_whole_group(testbed: Any, frameworks_python: Path,
+                                                tmp_path: Path) -> None:
+    """Rank 1 (on h2) fails; ranks 0 (h1) and 2 (h2) idle with no collective that would tell
+    them. h2's watcher stops rank 2 at once, with no client looking; rank 0's host cannot see
+    h2's ranks, so rank 0 runs on until a client looks: `wait` stops it, with rank 1's status."""
+    job = {"script": "ddp_rank_fails.py", "framework": "torch",
+           "task_env": {"worker": {"FAIL_RANK": "1", "FAIL_AFTER_S": "10"}}}
+    inv = job_inventory(testbed, tmp_path, frameworks_python, job, JOBS / "ddp_rank_fails.py",
+                        on_h2=2)
+    try:
+        up = tfctl(inv, "up", timeout=600, env=QUICK_END)
+        assert up.returncode == 0, up.stdout + up.stderr
+        run_id = run_id_from(up.stdout)
+
+        def tasks() -> set[str]:
+            return {env.get("TFCTL_TASK", "") for env in processes_of_run(run_id).values()}
+
+        wait_until("h2's watcher stops rank 2", lambda: "worker:2" not in tasks(), 120)
+        assert "worker:0" in tasks(), "rank 0 idles on: nothing on h1 sees h2's ranks"
+        states = {t["name"]: t["state"] for t in status_json(inv)["tasks"]}
+        assert states["worker:2"] == "stopped", states  # by the watcher, not dead by itself
+        wait = tfctl(inv, "wait", "--timeout", "120", timeout=300)
+        assert wait.returncode == 3, wait.stdout + wait.stderr
+        assert "worker:1 on h2 failed (exited 3)" in wait.stdout + wait.stderr
+        assert processes_of_run(run_id) == {}
+    finally:
+        tfctl(inv, "down", "--grace", "1")
+
+
+def test_restart_restarts_the_whole_group(testbed: Any, frameworks_python: Path,
+                                          tmp_path: Path) -> None:
+    """`restart: {worker: on-failure}`: rank 1 fails once; rank 0 fails with it in their
+    all-reduce; both start again (rank 1 once rank 0's port has closed) and the new group
+    all-reduces to its end."""
+    once = tmp_path / "failed-once"
+    job = {"script": "ddp_rank_fails.py", "framework": "torch",
+           "restart": {"worker": "on-failure", "max": 1, "backoff": 1},
+           "task_env": {"worker": {"FAIL_RANK": "1", "FAILED_ONCE": str(once)}}}
+    up, _, logs = up_wait(testbed, tmp_path, frameworks_python, job, JOBS / "ddp_rank_fails.py")
+    assert up.returncode == 0, up.stdout + up.stderr + logs
+    assert once.exists()
+    for rank in (0, 1):  # rank 0 too: the whole group started again
+        assert f"restarting worker:{rank} (restart 1/1)" in logs, logs
+    assert "rank 0 all-reduced to 1024" in logs and "rank 1 all-reduced to 1024" in logs, logs
