@@ -19,6 +19,14 @@ ON = ("lab", "slurm")
 the inventory's `slurm:` says."""
 
 
+def queue_refusal(on: str) -> str | None:
+    """Why `up --when-free` (tfctl's queue, which waits for the hosts' GPUs to be free) does not
+    go with engine `on`, or None where it does: a scheduler's engine queues its jobs itself."""
+    if on == "slurm":
+        return "Slurm queues the job itself until its nodes are free: `tfctl up --on slurm`"
+    return None
+
+
 def engine_to_start(on: str, fleet: Fleet, current: Current, plan: Callable[[], Plan]) -> Engine:
     """The engine `up --on <on>` starts a run on; `current(refresh)` and `plan()` are the
     controller's run and plan, which the hosts' engine reads."""

@@ -60,6 +60,21 @@ def test_bad_input_is_one_sentence_and_starts_nothing(box: tuple[Path, dict[str,
     assert not (inv.parent.parent / "work").exists()  # nothing synced, nothing started
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--wait"], "--wait does not go with it"),
+    (["--on", "slurm"], "does not go with --on slurm: Slurm queues the job itself"),
+])
+def test_up_when_free_refuses_what_does_not_go_with_the_queue(
+        box: tuple[Path, dict[str, str]], args: list[str], said: str) -> None:
+    """tfctl's queue waits for the hosts' GPUs: `--on slurm` (a scheduler with its own queue)
+    and `--wait` are refused in one sentence, the engine's own answer for `--on`."""
+    inv, env = box
+    done = run_tfctl(inv, "up", "--when-free", *args, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert not (inv.parent.parent / "work").exists()
+
+
 def test_no_free_gpu_now_names_who_holds_them(box: tuple[Path, dict[str, str]]) -> None:
     inv, env = box
     holder = subprocess.Popen(["sleep", "300"], env={**os.environ, **env,

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from tests.support.inventory_oracle import assert_cli_agrees, cli, expected_line, key_lines
 from tfctl.inventory import InventoryError, load_inventory
+from tfctl.inventory.plan import make_plan
 from tfctl.inventory.schema import (
     DefaultsSpec,
     FileSpec,
@@ -199,8 +200,12 @@ def fuzz_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def load_outcome(path: Path) -> InventoryError | None:
+    """The error `tfctl plan` must print for `path`: the loader's, or, for a file that loads
+    without `job:` (it serves `tfctl run`), the plan's refusal naming `job`."""
     try:
-        load_inventory(path)
+        inv = load_inventory(path)
+        if not inv.job_written:
+            make_plan(inv)
     except InventoryError as exc:
         return exc
     return None  # any other exception fails the test with its traceback
