@@ -98,7 +98,10 @@ class RunController:
         a part of it (`hosts`, where the caller knows them: a sweep's record); RemoteError when
         none does."""
         if hosts is None:
-            hosts = next((tuple(r.hosts) for r in self.runs() if r.run_id == run_id), None)
+            from tfctl.remote.history.listing import list_runs
+
+            hosts = next((tuple(r.hosts) for r in list_runs(self.fleet, cost=False)[0]
+                          if r.run_id == run_id), None)
         if not hosts:
             raise FleetError(f"no host remembers run {run_id}: `tfctl runs` lists the runs "
                              "they do")

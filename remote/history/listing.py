@@ -58,9 +58,11 @@ class RunSummary:
                 "oneoff": self.oneoff, "framework": self.framework, **self.cost.to_json()}
 
 
-def list_runs(fleet: Fleet) -> tuple[list[RunSummary], dict[str, str]]:
-    """The runs, newest first, and the hosts that did not answer (host → why)."""
-    answers = fleet.map(lambda t: agentops.runs(t, t.host.workdir, energy=True))
+def list_runs(fleet: Fleet, cost: bool = True) -> tuple[list[RunSummary], dict[str, str]]:
+    """The runs, newest first, and the hosts that did not answer (host → why). `cost`: with
+    what each run cost, which a host works out from its records the first time it is asked of
+    an ended run and keeps beside them (agent/energy.py); without, nothing is written there."""
+    answers = fleet.map(lambda t: agentops.runs(t, t.host.workdir, energy=cost))
     workdirs = {h.name: h.workdir for h in fleet.inventory.hosts}
     runs = merge_runs({host: [r.to_wire() for r in found]
                        for host, found in answers.succeeded.items()}, workdirs)

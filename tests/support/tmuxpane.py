@@ -15,11 +15,12 @@ TERMINAL_ENV = {"TERM": "xterm-256color", "PATH": "/usr/bin:/bin", "TZ": "UTC"}
 
 
 def marker_args() -> list[str]:
-    """`-e TFCTL_TEST_SESSION=...` for `tmux new-session`: the program in the pane carries the
-    test session's marker (tests/support/leftovers.py) even where a tmux server started by someone
-    else (with another environment) runs it."""
-    marker = os.environ.get(SESSION_VAR)
-    return ["-e", f"{SESSION_VAR}={marker}"] if marker else []
+    """`-e NAME=VALUE` for `tmux new-session`: the program in the pane carries the test
+    session's marker (tests/support/leftovers.py) and its state folder (XDG_STATE_HOME, where
+    the session's commands remember their current run: tests/conftest.py), even where a tmux
+    server started by someone else (with another environment) runs it."""
+    return [arg for name in (SESSION_VAR, "XDG_STATE_HOME") if os.environ.get(name)
+            for arg in ("-e", f"{name}={os.environ[name]}")]
 
 
 class Pane:

@@ -16,12 +16,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.httpget import get, get_eventually
+from tests.support.signals import from_a_terminal
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbedtools import (
     environ_of,
@@ -47,7 +48,7 @@ class Cli:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tfctl.tui", "-i", str(inventory), "tensorboard", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, cwd=inventory.parent)
+            text=True, cwd=inventory.parent, preexec_fn=from_a_terminal)  # Ctrl-C reaches it
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -89,12 +90,31 @@ class Cli:
 
     def interrupt(self, within_s: float = 20.0) -> int:
         self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=within_s)
+        try:
+            return self.proc.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:  # ended here, not left to the next test
+            self.kill()
+            raise
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@pytest.fixture
+def tensorboard_cli() -> Iterator[Callable[..., Cli]]:
+    """`tensorboard_cli(inventory, *args)`: a `Cli` started; every one still running is killed
+    after the test."""
+    started: list[Cli] = []
+
+    def start(inventory: Path, *args: str) -> Cli:
+        started.append(Cli(inventory, *args))
+        return started[-1]
+
+    yield start
+    for cli in started:
+        cli.kill()
 
 
 @contextlib.contextmanager
@@ -117,7 +137,8 @@ def answer_prompt(inventory: Path, answer: str, within_s: float = 60.0) -> tuple
     main_fd, terminal = os.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfctl.tui", "-i", str(inventory), "tensorboard"],
-        stdin=terminal, stdout=terminal, stderr=terminal, cwd=inventory.parent)
+        stdin=terminal, stdout=terminal, stderr=terminal, cwd=inventory.parent,
+        preexec_fn=from_a_terminal)
     os.close(terminal)
     shown, answered = b"", False
     deadline = time.monotonic() + within_s
@@ -181,7 +202,7 @@ def _listening(testbed: Testbed, host: str) -> list[tuple[str, str]]:
 
 @pytest.mark.tf
 def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
-    testbed: Testbed, tmp_path: Path
+    testbed: Testbed, tmp_path: Path, tensorboard_cli: Callable[..., Cli]
 ) -> None:
     job = {"script": "train.py", "style": "flags",
            "args": ["--steps=60", "--log_every=10", "--checkpoint_every=20"],
@@ -190,7 +211,6 @@ def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
            "tensorboard": {"host": "h1", "logdir": "out", "port": 6006}}
     inv = testbed.write_inventory(_examples_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"],
                               ps={"h2": 0}, host_fields=own_workdirs(tmp_path, ["h1", "h2"]))
-    cli: Cli | None = None
     try:
         up = tfctl(inv, "up", timeout=300)
         assert up.returncode == 0, up.stdout + up.stderr
@@ -205,7 +225,7 @@ def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
         assert all(a.startswith(("127.", "[::1]")) for a in tb_sockets), _listening(testbed, "h1")
 
         with local_port_taken(6006):
-            cli = Cli(inv)
+            cli = tensorboard_cli(inv)
             found = cli.wait_line(URL_LINE, 60)
             url, local_port = found.group(2), int(found.group(3))
             assert found.group(1) == "h1" and local_port != 6006
@@ -223,8 +243,6 @@ def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
         assert "lost" in cli.output
         assert cli.interrupt() == 0, cli.output
     finally:
-        if cli is not None:
-            cli.kill()
         tfctl(inv, "down", "--grace", "1")
 
 
@@ -265,12 +283,12 @@ def test_tf_config_evaluator_is_outside_the_cluster_and_scores(testbed: Testbed,
         tfctl(inv, "down", "--grace", "1")
 
 
-def test_offers_to_start_tensorboard_and_down_stops_it(testbed: Testbed, tmp_path: Path) -> None:
+def test_offers_to_start_tensorboard_and_down_stops_it(testbed: Testbed, tmp_path: Path,
+                                                       tensorboard_cli: Callable[..., Cli]) -> None:
     job = {"script": "job.py", "tensorboard": {"host": "h2", "logdir": "out", "port": 6006}}
     # Own workdirs: runs other tests left on the lab's hosts must not become "the current run".
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", job,
                               host_fields=own_workdirs(tmp_path, testbed.names))
-    cli: Cli | None = None
     try:
         refused = tfctl(inv, "tensorboard")  # stdin is not a terminal: no prompt, a hint
         assert refused.returncode == 1
@@ -280,7 +298,7 @@ def test_offers_to_start_tensorboard_and_down_stops_it(testbed: Testbed, tmp_pat
         assert status == 1 and "Start it on h2? [y/N]" in shown, shown
         assert "no run yet" in tfctl(inv, "status").stdout  # nothing was started
 
-        cli = Cli(inv, "--yes")
+        cli = tensorboard_cli(inv, "--yes")
         url = cli.wait_line(URL_LINE, 120).group(2)
         assert get_eventually(url, 30)[0] == 200
         assert _runs(url) == []  # no summaries in that log dir: an empty list, as JSON
@@ -295,15 +313,13 @@ def test_offers_to_start_tensorboard_and_down_stops_it(testbed: Testbed, tmp_pat
         assert down.returncode == 0 and "stopped tensorboard:0" in down.stdout
         assert processes_of_run(run_id) == {}
 
-        cli = Cli(inv, "--yes")  # the run's own TensorBoard task is started again
+        cli = tensorboard_cli(inv, "--yes")  # the run's own TensorBoard task is started again
         url = cli.wait_line(URL_LINE, 120).group(2)
         assert get_eventually(url, 30)[0] == 200
         assert f"started tensorboard:0 again in run {run_id}" in cli.output
         assert status_json(inv)["run_id"] == run_id
         assert cli.interrupt() == 0, cli.output
     finally:
-        if cli is not None:
-            cli.kill()
         tfctl(inv, "down", "--grace", "1")
 
 
