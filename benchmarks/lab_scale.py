@@ -125,12 +125,12 @@ def light_inventory(testbed: Testbed, path: Path, **job: object) -> Path:
     )
 
 
-def goals(s: dict[str, Samples]) -> None:
+def goals(s: dict[str, Samples], hosts: int) -> None:
     """Issue 35's two figures, each tree's `up` against its peer of the same repetitions."""
     m = {k: median(v.wall_s) for k, v in s.items() if v.wall_s}
     muxed, fresh = m["pdsh-cm+listen"], m["pdsh+listen"]
-    print(f"pdsh until its 48 processes listen: over ControlPersist {muxed:.2f} s, over fresh "
-          f"connections (-f 32) {fresh:.2f} s")
+    print(f"pdsh until its {hosts * len(TASKS)} processes listen: over ControlPersist "
+          f"{muxed:.2f} s, over fresh connections (-f 32) {fresh:.2f} s")
     for tree, held_tag, cold_tag in (("this", " (held)", ""),
                                      ("before", " (before, held)", " (before)")):
         held, cold = m.get(f"up+sync{held_tag}"), m.get(f"up+sync{cold_tag}")
@@ -225,10 +225,10 @@ def main() -> int:
         samples = measure(testbed, inv, stubborn, full, args)
         samples["first_sync"].add(first_sync)
         if args.goals:
-            goals(samples)
+            goals(samples, args.hosts)
         else:
             report(samples, args)
-            goals(samples)
+            goals(samples, args.hosts)
             handshakes(inv, args.reps)
         for folder in (runtime, f"{runtime}/b"):
             stop_holders(folder)  # ssh's control masters end with the lab's sshds
