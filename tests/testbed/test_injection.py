@@ -31,6 +31,7 @@ from tests.support.testbedtools import (
     job_dir,
     processes_of_run,
     run_id_from,
+    status_json,
     tfctl,
 )
 from tfctl.inventory import parse_inventory
@@ -60,19 +61,37 @@ def tasks_on_hosts(run_id: str) -> dict[str, int]:
             if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise"}
 
 
+def started_tasks(run_id: str, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each task as the run started it: its host's `manifest.json` (the plan, with the ports
+    `up` chose where the plan's were taken on the host: "ports taken elsewhere, chosen free")."""
+    started = {}
+    for cwd in {t["cwd"] for t in plan["tasks"]}:
+        manifest = json.loads((Path(cwd) / ".tfctl" / "runs" / run_id / "manifest.json")
+                              .read_text())
+        started.update({t["name"]: t for t in manifest["tasks"]})
+    return started
+
+
 def assert_verbatim(inv: Path, run_id: str, text: str) -> None:
-    """Each task's argv, env and cwd are exactly what `tfctl plan --json` says."""
+    """Each task's argv, env and cwd are exactly what the run started it with, which is what
+    `tfctl plan --json` says (but for the cluster's ports where `up` had to choose others)."""
     plan = json.loads(tfctl(inv, "plan", "--json").stdout)
+    started = started_tasks(run_id, plan)
+    moved = any(started[t["name"]]["port"] != t["port"] for t in plan["tasks"])
     pids = tasks_on_hosts(run_id)
-    assert set(pids) == {t["name"] for t in plan["tasks"]}
-    for task in plan["tasks"]:
+    assert set(pids) == {t["name"] for t in plan["tasks"]} == set(started)
+    for planned in plan["tasks"]:
+        task = started[planned["name"]]
+        if not moved:
+            assert (task["argv"], task["env"], task["cwd"]) == \
+                (planned["argv"], planned["env"], planned["cwd"]), task["name"]
         pid = pids[task["name"]]
         assert cmdline_of(pid)[1:] == task["argv"][1:], task["name"]
         assert text in cmdline_of(pid)
         env = environ_of(pid)
         assert {k: env.get(k) for k in task["env"]} == task["env"], task["name"]
-        assert env["EVIL"] == text
-        assert os.readlink(f"/proc/{pid}/cwd") == task["cwd"]
+        assert env["EVIL"] == text == task["env"]["EVIL"]
+        assert os.readlink(f"/proc/{pid}/cwd") == task["cwd"] == planned["cwd"]
 
 
 def test_bad_host_names_are_refused_before_any_contact(tmp_path: Path,  # type: ignore[no-untyped-def]
@@ -207,15 +226,22 @@ def test_firewall_rules_admit_only_the_inventory_hosts(testbed, tmp_path: Path, 
     up = tfctl(inv, "up")
     assert up.returncode == 0, up.stdout + up.stderr
     h1, h2 = testbed.address("h1"), testbed.address("h2")
+    # each host's worker port as the run has it: the plan's 2223, or the port `up` chose
+    # where that one was taken on the host (the rules cover the job's whole range)
+    worker = {t["host"]: t["port"] for t in status_json(inv)["tasks"] if t["type"] == "worker"}
+    ports = {h1: worker["h1"], h2: worker["h2"]}
     for target in (h1, h2):  # open to everyone before the rules
-        assert connects(testbed, "h3", target, 2222) and connects(testbed, None, target, 2223)
+        assert connects(testbed, "h3", target, 2222)
+        assert connects(testbed, None, target, ports[target])
     try:
         testbed.run("h2", ["nft", "-f", "-"], input=h2_rules["nft"])
         testbed.run("h1", h1_rules["iptables"])
         for target, other in ((h2, "h1"), (h1, "h2")):
-            assert connects(testbed, other, target, 2222) and connects(testbed, other, target, 2223)
+            assert connects(testbed, other, target, 2222)
+            assert connects(testbed, other, target, ports[target])
             assert not connects(testbed, "h3", target, 2222), f"h3 reached {target}"
-            assert not connects(testbed, None, target, 2223), f"this machine reached {target}"
+            assert not connects(testbed, None, target, ports[target]), \
+                f"this machine reached {target}"
         assert connects(testbed, "h3", h2, 22), "only the task ports are closed"
         st = tfctl(inv, "status", "--json")
         assert {t["state"] for t in json.loads(st.stdout)["tasks"]} == {"running"}
