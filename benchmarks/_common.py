@@ -197,6 +197,23 @@ def ssh_options(key: Path, known_hosts: Path, user: str) -> list[str]:
             "-o", "LogLevel=ERROR"]
 
 
+def tree_envs(runtime: str, baseline: str | None) -> dict[str, dict[str, str]]:
+    """The environment of each tree a benchmark runs as a user has it (`--persist 60`): "" this
+    one, " (before)" `--baseline`'s (first on PYTHONPATH); each holds its connections under a
+    runtime folder of its own inside `runtime`, so their holders never lend to each other."""
+    trees: dict[str, dict[str, str]] = {}
+    for tag, path in (("", None), (" (before)", baseline)):
+        if tag and not path:
+            continue
+        folder = Path(runtime) / (tag.strip(" ()") or "this")
+        folder.mkdir(mode=0o700)
+        env = dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=str(folder))
+        if path:
+            env["PYTHONPATH"] = str(Path(path).resolve())
+        trees[tag] = env
+    return trees
+
+
 def holder_pids(runtime: str) -> list[int]:
     """The connection holders (remote/connect/hold) whose socket is under `runtime`."""
     from tests.support.holders import holders

@@ -25,7 +25,6 @@ holder's CPU during a command is counted as that command's, as lab_scale.py does
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import defaultdict
@@ -45,6 +44,7 @@ from _common import (
     stop_holders,
     tfctl_argv,
     timed,
+    tree_envs,
     wait_until,
 )
 from _pdsh import pdsh_envs, pdsh_once
@@ -99,16 +99,7 @@ def main() -> int:
         job = light_job_dir(tmp)
         inv = light_inventory(testbed, job / "cluster.yaml")
         full = light_inventory(testbed, job / "full.yaml", **FULL_UP)
-        trees: dict[str, dict[str, str]] = {}
-        for tag, path in (("", None), (" (before)", args.baseline)):
-            if tag and not path:
-                continue
-            folder = Path(runtime) / (tag.strip(" ()") or "this")
-            folder.mkdir(mode=0o700)
-            env = dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=str(folder))
-            if path:
-                env["PYTHONPATH"] = str(Path(path).resolve())
-            trees[tag] = env
+        trees = tree_envs(runtime, args.baseline)
         plain, _ = pdsh_envs(testbed, runtime)
         hosts = ",".join(h.address for h in testbed.hosts)
         print(f"lab: {len(testbed.hosts)} hosts ({'netns' if testbed.isolated else 'loopback'}), "

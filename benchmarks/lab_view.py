@@ -57,6 +57,7 @@ from _common import (
     stop_holders,
     tfctl_argv,
     timed,
+    tree_envs,
     wait_until,
 )
 from _pdsh import pdsh_envs
@@ -147,16 +148,7 @@ def main() -> int:
         spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"]}
         inv = testbed.write_inventory(job / "cluster.yaml", spec,
                                       gpus={h: [0, 1] for h in testbed.names})
-        trees: dict[str, dict[str, str]] = {}
-        for tag, path in (("", None), (" (before)", args.baseline)):
-            if tag and not path:
-                continue
-            folder = Path(runtime) / (tag.strip(" ()") or "this")
-            folder.mkdir(mode=0o700)
-            env = dict(os.environ, TFCTL_PERSIST="60", XDG_RUNTIME_DIR=str(folder))
-            if path:
-                env["PYTHONPATH"] = str(Path(path).resolve())
-            trees[tag] = env
+        trees = tree_envs(runtime, args.baseline)
         this = trees[""]
         run_id = run_id_of(timed(tfctl_argv(inv, "up"), env=this).check("up").stdout)
         plain, muxed = pdsh_envs(testbed, runtime)
