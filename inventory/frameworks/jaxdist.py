@@ -38,7 +38,7 @@ from tfctl.inventory.frameworks.interface import (
     host_port,
     not_installed_hint,
 )
-from tfctl.inventory.model import Inventory, Job, WorkerLayout
+from tfctl.inventory.model import Job, WorkerLayout
 from tfctl.inventory.tasks import Place
 
 SHOWN = ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES", "JAX_COORDINATOR_ADDRESS")
@@ -56,9 +56,6 @@ class Jax(ranks.Ranks):
     @property
     def hints(self) -> tuple[Hint, ...]:
         return _hints()
-
-    def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
-        return ranks.place(inv, addresses, shared_mask=False)
 
     def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
         if place.type != "worker":

@@ -28,7 +28,7 @@ from typing import Any
 
 from tfctl.inventory.frameworks import ranks
 from tfctl.inventory.frameworks.interface import Cluster, Handed, Hint, Level
-from tfctl.inventory.model import Inventory, Job
+from tfctl.inventory.model import Job
 from tfctl.inventory.tasks import Place
 
 SHOWN = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -40,14 +40,12 @@ class PyTorch(ranks.Ranks):
     name: str = "torch"
     title: str = "PyTorch"
     asks_host: tuple[str, ...] = ("torch",)
+    shared_mask: bool = True
     shown_env: tuple[str, ...] = SHOWN
 
     @property
     def hints(self) -> tuple[Hint, ...]:
         return _hints()
-
-    def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
-        return ranks.place(inv, addresses, shared_mask=True)
 
     def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
         if place.type != "worker":

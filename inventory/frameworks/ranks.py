@@ -85,6 +85,12 @@ class Ranks:
     roles: tuple[TaskType, ...] = ROLES
     cluster_roles: tuple[TaskType, ...] = ("worker",)
     layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
+    shared_mask: bool = False
+    """Every rank of a host sees all the host's GPUs and takes its own by LOCAL_RANK (torchrun's
+    way), rather than each rank seeing only its own (`place`)."""
+
+    def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
+        return place(inv, addresses, shared_mask=self.shared_mask)
 
     def base_env(self, job: Job) -> dict[str, str]:
         return dict(COMMON_ENV)

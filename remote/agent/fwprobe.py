@@ -55,10 +55,16 @@ FW_PROBE_CACHE = "~/.cache/tfctl/framework-probe.json"
 
 def fw_versions() -> dict[str, str]:
     """Each of `FW_DISTRIBUTIONS` installed for this interpreter → its version."""
+    return installed_versions(FW_DISTRIBUTIONS)
+
+
+def installed_versions(distributions: tuple[str, ...]) -> dict[str, str]:
+    """Each of `distributions` installed for this interpreter → its version, in their order
+    (read from the packages' metadata: nothing is imported)."""
     from importlib import metadata
 
     found = {}
-    for dist in FW_DISTRIBUTIONS:
+    for dist in distributions:
         try:
             found[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

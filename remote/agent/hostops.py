@@ -16,7 +16,7 @@ from typing import Any
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.disk import room_at
 from tfctl.remote.agent.freeports import choose_ports, release
-from tfctl.remote.agent.fwprobe import fw_probe, fw_versions
+from tfctl.remote.agent.fwprobe import fw_probe, fw_versions, installed_versions
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.rundir import expand
 from tfctl.remote.agent.sync import put_files, sync_diff
@@ -39,6 +39,7 @@ from tfctl.remote.agent.vocab import (
     SyncDiff,
     SyncDiffRequest,
 )
+from tfctl.remote.agent.wire import which
 
 
 def hostname() -> str:
@@ -50,30 +51,22 @@ TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-gp
 
 
 def op_probe(req: ProbeRequest) -> ProbeAnswer:
-    import shutil
-    from importlib import metadata
-
     if sys.flags.no_site:  # started with -S (see agentclient): find installed packages now
         import site
 
         site.main()
 
-    installed = {}
-    for dist in TF_DISTRIBUTIONS:
-        try:
-            installed[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
+    installed = installed_versions(TF_DISTRIBUTIONS)
     tf_version = next(iter(installed.values()), None)
     workdir = req.workdir
     tensorflow = tf_probe(installed, req.fresh) if req.ask_tf else None
     versions = fw_versions() if req.ask else {}
     return ProbeAnswer(
         tensorflow, installed, sys.version.split()[0], sys.executable, tf_version,
-        shutil.which("nvidia-smi"), os.path.expanduser("~"),
+        which("nvidia-smi"), os.path.expanduser("~"),
         None if workdir is None else expand(workdir),
         None if workdir is None else room_at(expand(workdir)), hostname(),
-        shutil.which("rsync"), user_name(os.getuid()), os.getuid(),
+        which("rsync"), user_name(os.getuid()), os.getuid(),
         os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1", versions,
         {name: fw_probe(name, versions, req.fresh) for name in req.ask})
 

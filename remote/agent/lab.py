@@ -44,7 +44,7 @@ from tfctl.remote.agent.vocab import (
     ReserveAnswer,
     ReserveRequest,
 )
-from tfctl.remote.agent.wire import AgentError
+from tfctl.remote.agent.wire import AgentError, which
 
 IDLE_UTIL_PCT = 5.0
 SAMPLE_S = 10.0
@@ -111,14 +111,13 @@ class LabNvsmiReading:
     """
 
     def __init__(self, timeout_s: float = LAB_NVSMI_TIMEOUT_S) -> None:
-        import shutil
         import subprocess
 
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.error: str | None = None
         self.calls: list[Any] = []
-        exe = shutil.which("nvidia-smi")
+        exe = which("nvidia-smi")
         if exe is None:
             self.error = "no nvidia-smi on the PATH there"
             return
