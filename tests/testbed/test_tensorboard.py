@@ -164,12 +164,34 @@ def answer_prompt(inventory: Path, answer: str, within_s: float = 60.0) -> tuple
         os.close(main_fd)
 
 
+# Test-only evaluator: the example's, after it writes down the environment it was started with.
+# The example evaluator leaves once it has scored the final checkpoint, which a small training
+# run writes within a second of `up` returning: its /proc environ is gone by the time a test
+# could read it.
+ENV_RECORDING_EVALUATOR = """\
+import json, os, sys
+import evaluate
+with open("evaluator-environ.json", "w") as out:
+    json.dump(dict(os.environ), out)
+sys.exit(evaluate.main())
+"""
+
+
 def _examples_dir(tmp: Path) -> Path:
     d = tmp / "job"
     d.mkdir()
     for name in ("train.py", "evaluate.py", "digits.py"):
         shutil.copy(EXAMPLES / name, d / name)
+    (d / "evaluate_recording_environ.py").write_text(ENV_RECORDING_EVALUATOR)
     return d
+
+
+def _evaluator_environ(workdir: Path) -> dict[str, str]:
+    """The environment the evaluator started in, as it recorded it in its working directory."""
+    recorded = workdir / "evaluator-environ.json"
+    wait_until("the evaluator recorded its environment", recorded.exists, 120, every_s=0.2)
+    environ: dict[str, str] = json.loads(recorded.read_text())
+    return environ
 
 
 def own_workdirs(tmp: Path, hosts: list[str]) -> dict[str, dict[str, str]]:
@@ -206,7 +228,7 @@ def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
 ) -> None:
     job = {"script": "train.py", "style": "flags",
            "args": ["--steps=60", "--log_every=10", "--checkpoint_every=20"],
-           "evaluator": {"host": "h1", "script": "evaluate.py",
+           "evaluator": {"host": "h1", "script": "evaluate_recording_environ.py",
                          "args": ["--train_dir=out", "--eval_interval_secs=1"]},
            "tensorboard": {"host": "h1", "logdir": "out", "port": 6006}}
     inv = testbed.write_inventory(_examples_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"],
@@ -216,8 +238,11 @@ def test_flags_job_with_evaluator_and_tensorboard_through_the_tunnel(
         assert up.returncode == 0, up.stdout + up.stderr
         run_id = run_id_from(up.stdout)
         pids = _task_pids(run_id)
-        for task in ("evaluator:0", "tensorboard:0"):  # CPU only: an empty mask, set
-            assert environ_of(pids[task]).get("CUDA_VISIBLE_DEVICES") == "", task
+        # CPU only: an empty mask, set
+        assert environ_of(pids["tensorboard:0"]).get("CUDA_VISIBLE_DEVICES") == ""
+        evaluator_env = _evaluator_environ(tmp_path / "workdir-h1")
+        assert evaluator_env["TFCTL_RUN_ID"] == run_id
+        assert evaluator_env.get("CUDA_VISIBLE_DEVICES") == ""
         tb_sockets = [addr for addr, proc in _listening(testbed, "h1")
                       if f"pid={pids['tensorboard:0']}," in proc or addr.endswith(":6006")]
         # only loopback (TensorBoard may briefly hold a [::1] socket while it starts)
@@ -251,7 +276,7 @@ def test_tf_config_evaluator_is_outside_the_cluster_and_scores(testbed: Testbed,
                                                                ) -> None:
     job = {"script": "train.py", "style": "tf_config",
            "args": ["--steps=30", "--log_every=10", "--checkpoint_every=10"],
-           "evaluator": {"host": "h2", "script": "evaluate.py",
+           "evaluator": {"host": "h2", "script": "evaluate_recording_environ.py",
                          "args": [f"--train_dir={tmp_path / 'workdir-h1' / 'out'}",
                                   "--eval_interval_secs=1", "--timeout_secs=200"]}}
     inv = testbed.write_inventory(_examples_dir(tmp_path) / "cluster.yaml", job, hosts=["h1", "h2"],
@@ -261,8 +286,8 @@ def test_tf_config_evaluator_is_outside_the_cluster_and_scores(testbed: Testbed,
         up = tfctl(inv, "up", timeout=300)
         assert up.returncode == 0, up.stdout + up.stderr
         run_id = run_id_from(up.stdout)
-        env = environ_of(_task_pids(run_id)["evaluator:0"])
-        assert env.get("CUDA_VISIBLE_DEVICES") == ""
+        env = _evaluator_environ(tmp_path / "workdir-h2")
+        assert env["TFCTL_RUN_ID"] == run_id and env.get("CUDA_VISIBLE_DEVICES") == ""
         tf_config = json.loads(env["TF_CONFIG"])
         assert tf_config["task"] == {"type": "evaluator", "index": 0}
         assert "evaluator" not in tf_config["cluster"] and len(tf_config["cluster"]["worker"]) == 2
