@@ -86,19 +86,13 @@ def test_sigterm_ends_the_dashboard_and_gives_the_terminal_back(running: Path) -
                 "echo EXITED $?; sleep 60", env={"PATH": os.environ["PATH"]}, name="tfctl-term")
     try:
         pane.wait("the dashboard", lambda screen: "worker:0" in screen, timeout_s=90)
-        tfctl = next(pid for pid in descendants(_pane_pid(pane))
+        tfctl = next(pid for pid in descendants(pane.pid())
                      if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(
                          sys.executable.encode() + b"\0-m\0tfctl.tui"))
         os.kill(tfctl, signal.SIGTERM)
         screen = pane.wait("the shell after the dashboard", lambda s: "EXITED" in s, 30)
         assert "interrupted (SIGTERM)" in screen and "EXITED 130" in screen, screen
-        alternate = subprocess.run(["tmux", "display-message", "-p", "-t", pane.session,
-                                    "#{alternate_on}"], capture_output=True, text=True)
+        alternate = pane.tmux("display-message", "-p", "-t", pane.session, "#{alternate_on}")
         assert alternate.stdout.strip() == "0"  # the terminal is the shell's again
     finally:
         pane.close()
-
-
-def _pane_pid(pane: Pane) -> int:
-    return int(subprocess.run(["tmux", "display-message", "-p", "-t", pane.session,
-                               "#{pane_pid}"], capture_output=True, text=True).stdout)

@@ -24,21 +24,38 @@ def marker_args() -> list[str]:
 
 
 class Pane:
-    """`command` in a 160×48 tmux session; `env` is added to a plain terminal's environment."""
+    """`command` in a 160×48 tmux session; `env` is added to a plain terminal's environment.
+
+    Each pane has a tmux server of its own (`tmux -L`): with one shared server, a pane closed
+    just before another opens can take the server down under the new one ("server exited
+    unexpectedly"), since tmux leaves when its last session ends."""
 
     def __init__(self, command: str, env: Mapping[str, str] | None = None,
                  name: str = "tfctl") -> None:
         self.session = f"{name}-{time.monotonic_ns()}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", "160", "-y", "48",
-                        *marker_args(), command], check=True,
+        subprocess.run(["tmux", "-L", self.session, "new-session", "-d", "-s", self.session,
+                        "-x", "160", "-y", "48", *marker_args(), command], check=True,
                        env={**TERMINAL_ENV, **(env or {})})
 
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """A tmux command on this pane's server (`-t` it with `self.session`)."""
+        return subprocess.run(["tmux", "-L", self.session, *args], capture_output=True,
+                              text=True)
+
     def text(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.session],
-                              capture_output=True, text=True).stdout
+        return self.tmux("capture-pane", "-p", "-t", self.session).stdout
 
     def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.session, *keys], check=True)
+        sent = self.tmux("send-keys", "-t", self.session, *keys)
+        assert sent.returncode == 0, f"tmux send-keys {keys}: {sent.stderr}"
+
+    def pid(self) -> int:
+        """The pid of the pane's program (tmux's child)."""
+        return int(self.tmux("display-message", "-p", "-t", self.session, "#{pane_pid}").stdout)
+
+    def alive(self) -> bool:
+        """Whether the program (the session) still runs."""
+        return self.tmux("has-session", "-t", self.session).returncode == 0
 
     def wait(self, what: str, check: Callable[[str], bool], timeout_s: float = 60.0,
              never: Callable[[str], str | None] | None = None) -> str:
@@ -55,4 +72,4 @@ class Pane:
         raise AssertionError(f"{what}: not within {timeout_s:g} s; screen:\n{screen}")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)
+        self.tmux("kill-server")

@@ -170,9 +170,7 @@ def test_terminal_closed_while_workers_start_stops_everything(idle_lab, tmp_path
     pane = Pane(f"sh {shlex.quote(str(script))}", name="tfctl-hup")
     run_id = ""
     try:
-        pid = int(subprocess.run(["tmux", "display-message", "-p", "-t", pane.session,
-                                  "#{pane_pid}"], capture_output=True, text=True,
-                                 check=True).stdout)
+        pid = pane.pid()
         deadline = time.monotonic() + 90
         while not (run_id and len(started_tasks(run_id, "worker")) == 3):
             assert alive(pid) and time.monotonic() < deadline, f"no three workers:\n{pane.text()}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.testbedtools import FOREVER_FLAGS, job_dir, processes_of_run
-from tests.support.tmuxpane import marker_args
+from tests.support.tmuxpane import Pane
 from tfctl.inventory.load import load_inventory
 from tfctl.remote.controller import RunController
 from tfctl.tui.app.app import TfctlApp
@@ -86,39 +85,19 @@ def test_up_and_down_from_the_ui_follow_the_real_state(testbed, tmp_path: Path, 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_tfctl_ui_renders_in_a_real_terminal(testbed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS)
-    session = f"tfctl-ui-{time.monotonic_ns()}"
-    command = f"{sys.executable} -m tfctl.tui -i {inv} ui"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
-                    *marker_args(), command],
-                   check=True, env={"TERM": "xterm-256color", "PATH": "/usr/bin:/bin"})
-
-    def pane() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                              text=True).stdout
-
-    def wait_for(text: str, timeout_s: float = 30) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            screen = pane()
-            if text in screen:
-                return screen
-            time.sleep(0.3)
-        raise AssertionError(f"{text!r} never appeared; screen:\n{pane()}")
-
+    pane = Pane(f"{sys.executable} -m tfctl.tui -i {inv} ui")
     try:
-        screen = wait_for("h3")
+        screen = pane.wait("the dashboard", lambda screen: "h3" in screen, timeout_s=30)
         for word in ("h1", "h2", "Tasks", "up"):
             assert word in screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)
-        wait_for("quit")
-        subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
+        pane.keys("?")
+        pane.wait("the help", lambda screen: "quit" in screen, timeout_s=30)
+        pane.keys("Escape")
         time.sleep(1.0)  # ESC then q at once would read as Alt+q
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        pane.keys("q")
         deadline = time.monotonic() + 45  # quitting stops pollers; slow under load
-        while time.monotonic() < deadline and subprocess.run(
-                ["tmux", "has-session", "-t", session], capture_output=True).returncode == 0:
+        while time.monotonic() < deadline and pane.alive():
             time.sleep(0.3)
-        gone = subprocess.run(["tmux", "has-session", "-t", session], capture_output=True)
-        assert gone.returncode != 0, f"`q` did not quit the dashboard:\n{pane()}"
+        assert not pane.alive(), f"`q` did not quit the dashboard:\n{pane.text()}"
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        pane.close()
