@@ -144,7 +144,7 @@ def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
         speed.tick()
         ended = local_ends(run_dir, local)
         judge.was_up = judge.was_up or os.path.exists(os.path.join(run_dir, UP_MARK))
-        cause = judge.verdict(ended, time.time(), probe_port)
+        cause = judge.verdict(ends_of_their_own(run_dir, ended), time.time(), probe_port)
         said.update(judge.silences())
         finished = read_json(os.path.join(run_dir, "finished.json"))
         if finished is not None and (finished.get("status") or {}).get("state") != "finished":
@@ -158,6 +158,16 @@ def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
                 len(launched) == len(local) or _any_stopped(run_dir, launched)):
             return None  # stopped by `tfctl down` or a rollback, or all ended by themselves
         time.sleep(WATCH_TICK_S)
+
+
+def ends_of_their_own(run_dir: str, ended: dict[str, dict[str, Any]]
+                      ) -> dict[str, dict[str, Any]]:
+    """Of the tasks' exit records, those of tasks that ended by themselves. A task stopped by a
+    client (`tfctl down`, which ends this watcher only once its grace is over, or a restart of
+    the one task) ended by the stop, which says nothing of the job's end: judged an end, a
+    stopped chief would be the job failing (killed by SIGTERM) and its notice would say so."""
+    return {name: record for name, record in ended.items()
+            if not os.path.exists(task_file(run_dir, name, ".stopped"))}
 
 
 def _any_stopped(run_dir: str, names: list[str]) -> bool:

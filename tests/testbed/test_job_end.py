@@ -10,12 +10,16 @@ job's silence window.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.agentdriver import SLEEPER, AgentDir, ok, sh
 from tests.support.testbedtools import job_dir, processes_of_run, run_id_from, tfctl
+from tfctl.remote.agent.watch import WATCH_TICK_S
 
 pytestmark = pytest.mark.testbed
 
@@ -118,3 +122,27 @@ def test_down_leaves_no_watcher_behind(testbed, tmp_path: Path, down_after) -> N
     for host in testbed.names:
         events = testbed.host(host).workdir / ".tfctl" / "runs" / run_id / "events.jsonl"
         assert '"event": "stopped"' in events.read_text(), host
+
+
+def test_a_chief_stopped_by_a_client_is_not_the_jobs_end(agent_dir: AgentDir) -> None:
+    """`tfctl down` stops the tasks before their watcher, and a restart stops one task and starts
+    it again: a watcher that looks in between sees the chief's exit record, which is no end of
+    the job (judged one, it stopped the parameter servers and a notice said the job failed).
+    The chief started again and ending by itself is the job's end, as ever."""
+    end = {"mode": "any", "serving": ["ps"], "tensorboard": {"keep": False, "grace_s": 0.0},
+           "deciders": [{"name": "worker:0", "host": "here"}]}
+    run_id = agent_dir.start([sh("worker:0", SLEEPER), sh("ps:0", SLEEPER)], host="here", end=end)
+    run_dir = Path(agent_dir.workdir, ".tfctl", "runs", run_id)
+    agent_dir.wait_state(run_id, "worker:0", ("running",))
+    ok("stop", workdir=agent_dir.workdir, run_id=run_id, tasks=["worker:0"], grace_s=1.0)
+    assert agent_dir.status(run_id)["worker:0"]["state"] == "stopped"
+    time.sleep(3 * WATCH_TICK_S)  # the watcher has looked at the stopped chief, more than once
+    assert agent_dir.status(run_id)["ps:0"]["state"] == "running"
+    assert not (run_dir / "finished.json").exists()
+
+    ok("launch", workdir=agent_dir.workdir, run_id=run_id, tasks=["worker:0"])
+    chief = agent_dir.wait_state(run_id, "worker:0", ("running",))
+    os.kill(int(chief["pid"]), signal.SIGTERM)  # the chief ends by itself (no client stopped it)
+    agent_dir.wait_state(run_id, "ps:0", ("stopped",))
+    finished = json.loads((run_dir / "finished.json").read_text())
+    assert finished["status"]["cause"] == "worker:0 ended"
