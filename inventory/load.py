@@ -226,6 +226,7 @@ class _Resolver:
         job = self._job({h.name for h in hosts}, hosts) if written else model.Job(script="")
         inv = model.Inventory(name=self.spec.name, hosts=hosts, job=job, path=self.filename,
                               hostfile=self._hostfile_path(), job_written=written,
+                              job_line=_line_for(("job",), self.lines),
                               **self._engines())
         from tfctl.inventory.checks import check_ports
 

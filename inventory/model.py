@@ -260,6 +260,9 @@ class Inventory:
     job_written: bool = True
     """False for a file without `job:`: its hosts serve one-off commands (`tfctl run`), and
     there is no job to plan (`plan.make_plan` says so); `job` then holds the defaults."""
+    job_line: int | None = None
+    """The line of `job:` in the file, or, where the file has none, of its first key (where
+    the plan's refusal of a file without a job points, as for any key the file lacks)."""
 
     def host(self, name: str) -> Host:
         for host in self.hosts:

@@ -58,8 +58,9 @@ def make_plan(inv: Inventory, reach: Reach | None = None) -> Plan:
     if not inv.job_written:
         from tfctl.inventory.errors import InventoryError
 
-        raise InventoryError(inv.path, None, "job", "there is no `job:` section, so no job to "
-                             "plan or start", "add one (at least `job: {script: train.py}`), "
+        raise InventoryError(inv.path, inv.job_line, "job", "there is no job (`job:` is missing or "
+                             "empty), so nothing to plan or start",
+                             "add one (at least `job: {script: train.py}`), "
                              "or run a command on the hosts with `tfctl run -- CMD`")
     framework = framework_of(inv.job)
     addresses = cluster_addresses(inv, reach)
