@@ -15,8 +15,8 @@ seen from this host's network namespace, the one the tasks will listen in:
   seconds would otherwise take the same ports. A lease is a small file, `<ns>-<port>` in the
   sticky folder LEASE_DIR (`/tmp`'s rule: anyone writes, only the owner replaces), `<ns>` the
   network namespace's inode; the same `up`'s second check (its `token`) keeps its own leases,
-  and `up_go` drops them once the tasks listen (`release`), so that a `down` and an `up`
-  right after it find the usual ports again.
+  and `up_go` drops them once no task is still starting (each listens, or has ended: a short
+  job's), so that a `down` and an `up` right after it find the usual ports again.
   A lease is a hint between well-behaved callers, read with O_NOFOLLOW and never trusted beyond
   skipping a port; an unreadable or foreign folder costs only the hint.
 

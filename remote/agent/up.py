@@ -155,8 +155,8 @@ def op_up_go(req: UpGoRequest) -> UpGo:
         look = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, list(req.wait)),
                              req.timeout_s)
         waited, ready, seen = start_states(look["tasks"]), bool(look["ready"]), look["seen"]
-        if ready and req.lease_token:  # its chosen ports are held by its tasks now
-            release(req.lease_token)
+        if req.lease_token and all(t["state"] != "timeout" for t in look["tasks"].values()):
+            release(req.lease_token)  # each task holds its port now, or has ended already
     status = None
     if req.status is not None and ready:  # the wait's last look, if it saw every task
         status = op_status(StatusRequest(workdir, run_id, int(req.status)), seen)

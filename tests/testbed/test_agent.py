@@ -26,6 +26,7 @@ from tests.support.agentdriver import (
     wait_for,
 )
 from tests.support.testbed.layout import free_port
+from tfctl.remote.agent import freeports
 from tfctl.remote.connect.session.program import (
     AGENT_FILES,
     CLIENT_ONLY_MODULES,
@@ -297,6 +298,25 @@ def test_wait_ports_returns_when_listening_and_reports_early_exit(agent_dir: Age
     idle = ok("wait_ports", workdir=agent_dir.workdir, run_id=run_id, tasks=["worker:1"],
               timeout_s=0.3)["tasks"]["worker:1"]
     assert (idle["state"], idle["port_holder"]["free"]) == ("timeout", True)
+
+
+def test_up_go_drops_the_port_leases_once_no_task_is_still_starting(agent_dir: AgentDir
+                                                                     ) -> None:
+    """A task that ended before the wait saw it listen (a short job) holds no port: its lease
+    must not keep the port from the next `up` for LEASE_S (it moved that `up`'s tasks)."""
+    port, token = free_port(), f"test-{os.getpid()}"
+    assert freeports.choose_ports([{"task": "worker:0", "preferred": port}], port, port,
+                                  token=token)["chosen"] == {"worker:0": port}
+    lease = Path(freeports._lease_path(port))
+    try:
+        assert lease.exists()
+        run_id = agent_dir.prepare([sh("worker:0", "exit 0", port=port)])
+        go = ok("up_go", workdir=agent_dir.workdir, run_id=run_id, launch=["worker:0"],
+                wait=["worker:0"], timeout_s=10, lease_token=token)
+        assert go["waited"]["worker:0"]["state"] == "exited"
+        assert not lease.exists()
+    finally:
+        freeports.release(token)
 
 
 def test_listen_and_connect_for_preflight() -> None:
