@@ -15,7 +15,6 @@ import pytest
 
 from tests.support.testbedtools import (
     aliased_jump_inventory,
-    environ_of,
     examples_job_dir,
     processes_of_run,
     run_id_from,
@@ -48,9 +47,9 @@ def _run(testbed, tmp_path: Path, job: dict, up_args: tuple[str, ...] = (), *,  
         assert up.returncode == 0, up.stdout + up.stderr
         run_id = run_id_from(up.stdout)
         # While it runs: every live task's mask and role are exactly what `plan` printed.
-        for pid, tagged in processes_of_run(run_id).items():
+        for tagged in processes_of_run(run_id).values():  # read once: a task may end
             task = next(t for t in plan["tasks"] if t["name"] == tagged["TFCTL_TASK"])
-            assert environ_of(pid)["CUDA_VISIBLE_DEVICES"] == task["cuda_visible_devices"]
+            assert tagged["CUDA_VISIBLE_DEVICES"] == task["cuda_visible_devices"]
             if "TF_CONFIG" in task["env"]:
                 assert tagged["TF_CONFIG"] == task["env"]["TF_CONFIG"]
         wait = tfctl(inv, "wait", "--timeout", "240", env=env, timeout=300)
