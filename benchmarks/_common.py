@@ -221,16 +221,25 @@ def holder_pids(runtime: str) -> list[int]:
     return holders(Path(runtime))
 
 
+def proc_cpu_s(stat_line: str, children: bool = False) -> float:
+    """utime+stime (and cutime+cstime, its reaped children's, when `children`) of a
+    /proc/<pid>/stat line, in seconds."""
+    fields = stat_line.rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def holder_cpu_s(runtime: str) -> float:
     """CPU (user+sys) so far of the holders under `runtime`: a command that borrows from one
     makes it work, so its CPU counts as the command's."""
     total = 0.0
     for pid in holder_pids(runtime):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += proc_cpu_s(Path(f"/proc/{pid}/stat").read_text())
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 

@@ -53,6 +53,7 @@ from _common import (
     median,
     need_pdsh,
     on_a_testbed,
+    proc_cpu_s,
     ratio,
     stop_holders,
     tfctl_argv,
@@ -76,21 +77,21 @@ def hosts_cpu_s(roots: list[int]) -> float:
     """CPU (user+sys) the lab hosts' sshd listeners `roots` and everything under them used so
     far: each live process's own and its reaped children's, so each second counts once."""
     children: dict[int, list[int]] = defaultdict(list)
-    ticks: dict[int, int] = {}
+    cpu_s: dict[int, float] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            children[int(fields[1])].append(int(entry))
-            ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total, todo = 0, list(roots)
+            children[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry))  # its ppid
+            cpu_s[int(entry)] = proc_cpu_s(stat, children=True)
+    total, todo = 0.0, list(roots)
     while todo:
         pid = todo.pop()
-        total += ticks.get(pid, 0)
+        total += cpu_s.get(pid, 0.0)
         todo += children.get(pid, [])
-    return total / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def counted(run: Callable[[], Timed], roots: list[int]) -> Timed:

@@ -35,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import proc_cpu_s  # noqa: E402
+
 from tests.support.fakes import NVIDIA_SMI_STANDIN, install_nvidia_smi_standin  # noqa: E402
 from tfctl.inventory.model import Host, Inventory, Job  # noqa: E402
 from tfctl.remote.connect.fleet import Fleet  # noqa: E402
@@ -44,7 +46,6 @@ from tfctl.remote.gpus.telemetry import BlockAssembler  # noqa: E402
 
 FIELDS = tuple(names[0] for names in WANTED_GPU_FIELDS)
 GPUS = 4
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,6 @@ class Cost:
     client_cpu_s: float
     round_trips: int
     wall_s: float
-
-
-def proc_cpu_s(stat_line: str, children: bool = False) -> float:
-    """utime+stime (and cutime+cstime when `children`) of a /proc/<pid>/stat line, seconds."""
-    fields = stat_line.rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    if children:
-        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
-    return ticks / CLK_TCK
 
 
 def read_stat(transport: Transport, pid: int) -> str:

@@ -4,16 +4,16 @@ find their coordinator.
 
 What each process gets:
 - JAX_COORDINATOR_ADDRESS: process 0's `address:port`, the one variable
-  `jax.distributed.initialize()` reads itself (jax/_src/distributed.py); the process count and
-  id it takes as arguments (or from a cluster it detects: Slurm, Open MPI), so tfctl hands them
-  as JAX_NUM_PROCESSES and JAX_PROCESS_ID, and a plain JAX script passes them:
+  `jax.distributed.initialize()` reads itself (jax-ml/jax, `jax._src.distributed`); the process
+  count and id it takes as arguments (or from a cluster it detects: Slurm, Open MPI), so tfctl
+  hands them as JAX_NUM_PROCESSES and JAX_PROCESS_ID, and a plain JAX script passes them:
   `jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
   process_id=int(os.environ["JAX_PROCESS_ID"]))`;
 - KERAS_DISTRIBUTION_JOB_ADDRESSES (every process's host at the coordinator's port, process 0
   first: Keras takes the first as the coordinator and checks the count),
   KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID, what
-  `keras.distribution.initialize()` reads when called with no arguments
-  (keras/src/distribution/distribution_lib.py), so a Keras 3 script runs unchanged;
+  `keras.distribution.initialize()` reads when called with no arguments (keras-team/keras,
+  `keras.src.distribution.distribution_lib`), so a Keras 3 script runs unchanged;
 - unless the inventory sets them: KERAS_BACKEND=jax (Keras 3's default backend is TensorFlow)
   and JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo (cross-process computations on CPU need it;
   JAX's default since 0.5, an environment variable since jax-ml/jax#26174).

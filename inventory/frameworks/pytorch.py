@@ -1,15 +1,15 @@
 """PyTorch (`job.framework: torch`): one process per GPU or per host, each with torchrun's
 environment, so a script written for `torchrun` runs unchanged.
 
-Every rank gets what torchrun's agent sets for its workers (torch/distributed/elastic/agent/
-server/local_elastic_agent.py, `_start_workers`): MASTER_ADDR (rank 0's host, as the cluster
-reaches it) and MASTER_PORT (rank 0's port, where `init_process_group()`'s default `env://`
-starts its TCPStore), WORLD_SIZE and RANK, LOCAL_RANK and LOCAL_WORLD_SIZE (within its host),
-GROUP_RANK and GROUP_WORLD_SIZE (its host among the hosts), ROLE_RANK, ROLE_NAME
-(`default`) and ROLE_WORLD_SIZE. Left out: TORCHELASTIC_* (no elastic agent runs: a script
-that reads TORCHELASTIC_USE_AGENT_STORE would look for its store). As torchrun does, a rank
-gets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and, where a host runs several ranks, OMP_NUM_THREADS=1,
-unless the inventory sets them.
+Every rank gets what torchrun's agent sets for its workers (pytorch/pytorch,
+`torch.distributed.elastic.agent.server.local_elastic_agent`, `_start_workers`): MASTER_ADDR (rank
+0's host, as the cluster reaches it) and MASTER_PORT (rank 0's port, where `init_process_group()`'s
+default `env://` starts its TCPStore), WORLD_SIZE and RANK, LOCAL_RANK and LOCAL_WORLD_SIZE (within
+its host), GROUP_RANK and GROUP_WORLD_SIZE (its host among the hosts), ROLE_RANK, ROLE_NAME
+(`default`) and ROLE_WORLD_SIZE. Left out: TORCHELASTIC_* (no elastic agent runs: a script that
+reads TORCHELASTIC_USE_AGENT_STORE would look for its store). As torchrun does, a rank gets
+TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and, where a host runs several ranks, OMP_NUM_THREADS=1, unless
+the inventory sets them.
 
 `workers: per_gpu` (the default) runs one rank per GPU and, as under torchrun, every rank of a
 host sees all the host's GPUs: it takes its own by LOCAL_RANK (`torch.cuda.set_device`), which

@@ -53,11 +53,6 @@ FW_PROBE_TIMEOUT_S = 180
 FW_PROBE_CACHE = "~/.cache/tfctl/framework-probe.json"
 
 
-def fw_versions() -> dict[str, str]:
-    """Each of `FW_DISTRIBUTIONS` installed for this interpreter → its version."""
-    return installed_versions(FW_DISTRIBUTIONS)
-
-
 def installed_versions(distributions: tuple[str, ...]) -> dict[str, str]:
     """Each of `distributions` installed for this interpreter → its version, in their order
     (read from the packages' metadata: nothing is imported)."""

@@ -16,7 +16,7 @@ from typing import Any
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.disk import room_at
 from tfctl.remote.agent.freeports import choose_ports, release
-from tfctl.remote.agent.fwprobe import fw_probe, fw_versions, installed_versions
+from tfctl.remote.agent.fwprobe import FW_DISTRIBUTIONS, fw_probe, installed_versions
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.rundir import expand
 from tfctl.remote.agent.sync import put_files, sync_diff
@@ -60,7 +60,7 @@ def op_probe(req: ProbeRequest) -> ProbeAnswer:
     tf_version = next(iter(installed.values()), None)
     workdir = req.workdir
     tensorflow = tf_probe(installed, req.fresh) if req.ask_tf else None
-    versions = fw_versions() if req.ask else {}
+    versions = installed_versions(FW_DISTRIBUTIONS) if req.ask else {}
     return ProbeAnswer(
         tensorflow, installed, sys.version.split()[0], sys.executable, tf_version,
         which("nvidia-smi"), os.path.expanduser("~"),
