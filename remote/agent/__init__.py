@@ -10,7 +10,8 @@ tfctl keeps the program on the host as `<workdir>/.tfctl/agent/agent_<hash>.py` 
 `agentclient.BOOT` when missing) and runs it as a session (`optable.serve`): one JSON request
 per line in, one answer per line out, for as long as the command runs, so an operation costs a
 line each way rather than an interpreter start. Every request and answer is a record of
-`vocab.py`; `optable.py` names every operation, its handler and its request. The operations:
+`vocab.py` (a `Wire`, `wirerecord.py`); `optable.py` names every operation, its handler and
+its request. The operations:
 `hostops.py` (the host itself: probe, ports, listen, connect, procs, sync_diff, put_files),
 `runops.py` (a run: prepare, launch, wait_ports, status, stop, finish, runs, logs), `up.py`
 (`up` in two requests), `lost.py` (restart_lost), `lab.py` and `tickets.py` (the shared lab:

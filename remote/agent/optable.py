@@ -68,7 +68,6 @@ from tfctl.remote.agent.vocab import (
     UpCheckRequest,
     UpGoRequest,
     WaitPortsRequest,
-    Wire,
 )
 from tfctl.remote.agent.wire import (
     ACK_LINE,
@@ -78,6 +77,7 @@ from tfctl.remote.agent.wire import (
     json_dumps,
     json_loads,
 )
+from tfctl.remote.agent.wirerecord import Wire
 
 OPS: dict[str, tuple[Callable[[Any], Wire], type[Wire]]] = {
     # op name: (handler, its request's record)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tfctl.remote.agent.vocab import replace
+from tfctl.remote.agent.wirerecord import replace
 from tfctl.remote.connect.transport import Transport, shell_path
 from tfctl.remote.errors import FleetError, RemoteError
 from tfctl.remote.runs.logs import LogBatch, whole_lines

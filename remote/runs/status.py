@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfctl.remote.agent.vocab import TaskRecord, replace
+from tfctl.remote.agent.vocab import TaskRecord
+from tfctl.remote.agent.wirerecord import replace
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.reach import clock_hms, reach_json, unreachable_words

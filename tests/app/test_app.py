@@ -18,7 +18,7 @@ from tests.support.fakes.ui_sources import (
     failing_sync,
 )
 from tests.support.pilot import fakes_app, polled, polled_app, screen_text, sync, until
-from tfctl.remote.agent.vocab import replace
+from tfctl.remote.agent.wirerecord import replace
 from tfctl.remote.runs.status import TaskStatus
 from tfctl.tui.app.dialogs import ConfirmScreen, HelpScreen
 from tfctl.tui.app.widgets.cluster import ClusterView

@@ -17,7 +17,7 @@ from tests.support.fakes.ui_sources import (
     lab_inventory,
 )
 from tests.support.speed_lines import SPEED_LINES
-from tfctl.remote.agent.vocab import replace as replace_record
+from tfctl.remote.agent.wirerecord import replace as replace_record
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess

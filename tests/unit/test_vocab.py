@@ -19,8 +19,6 @@ import pytest
 from tfctl.inventory.model import Host
 from tfctl.remote.agent import vocab
 from tfctl.remote.agent.vocab import (
-    BY_NAME,
-    MANY,
     ClaimsAnswer,
     GpuState,
     HostUser,
@@ -32,10 +30,9 @@ from tfctl.remote.agent.vocab import (
     TaskRecord,
     TicketRequest,
     UpCheck,
-    Wire,
-    fields,
 )
 from tfctl.remote.agent.wire import ANSWER_MARK, WIRE_VERSION
+from tfctl.remote.agent.wirerecord import BY_NAME, MANY, Wire, fields
 from tfctl.remote.connect.local import LocalTransport
 from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.session.program import AGENT_FILES, agent_source

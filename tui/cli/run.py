@@ -262,7 +262,7 @@ def _up_json(st: RunStatus, chosen: Selection) -> dict[str, Any]:
 
 def _task_json(t: Any, patterns: Sequence[str] = ()) -> dict[str, Any]:
     """A task as JSON, with the speed its last lines state (`speed_per_s`, `speed_unit`)."""
-    from tfctl.remote.agent.vocab import fields
+    from tfctl.remote.agent.wirerecord import fields
     from tfctl.tui.cli.output import task_speed
 
     data = {f.name: getattr(t, f.name) for f in fields(t)}

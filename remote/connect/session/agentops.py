@@ -67,8 +67,8 @@ from tfctl.remote.agent.vocab import (
     UpGoRequest,
     WaitPortsAnswer,
     WaitPortsRequest,
-    Wire,
 )
+from tfctl.remote.agent.wirerecord import Wire
 from tfctl.remote.connect.session import agentclient
 from tfctl.remote.connect.transport import Transport
 

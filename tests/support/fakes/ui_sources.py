@@ -17,7 +17,7 @@ from typing import Any
 from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.model import Inventory
 from tfctl.remote.agent.vocab import GpuState
-from tfctl.remote.agent.vocab import replace as replace_record
+from tfctl.remote.agent.wirerecord import replace as replace_record
 from tfctl.remote.connect.session.agentops import StartState
 from tfctl.remote.controller import DownSummary, UpOptions
 from tfctl.remote.errors import CommandFailed, GpusBusy, HostUnreachable
