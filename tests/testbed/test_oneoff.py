@@ -113,20 +113,24 @@ def test_a_sweep_runs_a_point_per_free_gpu_and_queues_the_rest(
         queued = tfctl(inv, "queue", env=queue_env).stdout
         assert f"yours {sweep}: waiting" in queued and "seed=6  waiting" in queued, queued
 
-        def ended() -> dict[str, Any] | None:
+        def ended() -> tuple[dict[str, Any], dict[str, dict[str, Any]]] | None:
+            """The sweep's record and `tfctl runs`, once every point's run has ended and its
+            host has recorded how (its watcher writes that a tick after the last process)."""
             found = json.loads(record.read_text())
-            runs = [p["run_id"] for p in found["points"]]
-            if found["state"] != "started" or any(processes_of_run(r) for r in runs):
+            ids = [p["run_id"] for p in found["points"]]
+            if found["state"] != "started" or any(processes_of_run(r) for r in ids):
                 return None
-            return dict(found)
+            runs = _runs(inv)
+            if any(runs[r]["finished_at"] is None for r in ids):
+                return None
+            return dict(found), runs
 
-        found = wait_until("every point ran and ended", ended, 120)
+        found, runs = wait_until("every point ran, ended and was recorded", ended, 120)
         points = found["points"]
         assert [p["state"] for p in points] == ["started"] * 6
         at = [(p["host"], tuple(p["gpus"])) for p in points]
         assert len(set(at[:4])) == 4 and set(at) <= {("h1", (0,)), ("h1", (1,)), ("h2", (0,)),
                                                      ("h2", (1,))}
-        runs = _runs(inv)
         assert [runs[p["run_id"]]["exit_code"] for p in points] == [0] * 6
         assert [runs[p["run_id"]]["oneoff"]["point"] for p in points] == [
             {"seed": str(i)} for i in range(1, 7)]
