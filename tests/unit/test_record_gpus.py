@@ -9,6 +9,7 @@ hanging.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +36,12 @@ def _record(run_dir: Path, until_samples: int = 0, limit_s: float = 30.0) -> dic
     """Run a recorder until gpu.csv holds `until_samples` lines or gpus.json says why not."""
     run_dir.mkdir(exist_ok=True)
     recorder = GpuRecorder(str(run_dir), "r1")
+    asking = threading.Event()  # the recorder's thread asks nvidia-smi once the test has looked
+    ask = recorder._record
+    recorder._record = lambda: asking.wait(limit_s) and ask()  # type: ignore[method-assign]
     recorder.start()
     assert json.loads((run_dir / "gpus.json").read_text())["unrecorded"] == NOT_YET  # until it does
+    asking.set()
     recorder.asked.wait(limit_s)
     deadline = time.monotonic() + limit_s
     info: dict[str, object] = {}
