@@ -126,6 +126,26 @@ def test_a_job_that_says_only_what_to_sync_serves_run_and_plans_nothing(
         tfctl(inv, "down", "--run", run_id, "--grace", "1")
 
 
+def test_lab_says_cpu_only_of_a_host_without_gpus_and_an_error_where_gpus_are_selected(
+        gpu_testbed: Testbed, tmp_path: Path) -> None:
+    """h3 has no nvidia-smi: with `gpus: 0` it is CPU only, as the inventory says; where the
+    inventory selects GPUs there, the missing nvidia-smi is an error."""
+    for gpus, state, what in ((0, "cpu", "CPU only"),
+                              ([0], "error", "no nvidia-smi on the PATH there")):
+        inv = gpu_testbed.write_inventory(tmp_path / f"{state}.yaml", FOREVER, hosts=["h1", "h3"],
+                                          gpus={"h1": [0], "h3": gpus}, ps={"h1": 0, "h3": 0})
+        listed = tfctl(inv, "lab", "--json")
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        rows = {(r["host"], r["gpu"]): r for r in json.loads(listed.stdout)}
+        assert (rows[("h3", None)]["state"], rows[("h3", None)]["error"]) == (
+            state, None if state == "cpu" else what)
+        assert rows[("h1", 0)]["state"] == "free" and rows[("h1", 1)]["state"] == "free"
+        table = tfctl(inv, "lab", env={"COLUMNS": "200"})
+        assert table.returncode == 0, table.stdout + table.stderr
+        (h3,) = [line for line in table.stdout.splitlines() if line.startswith("h3")]
+        assert state in h3 and what in h3, table.stdout
+
+
 def _line_of(path: Path, text: str) -> int:
     """The 1-based line of `path` that starts with `text`."""
     lines = path.read_text().splitlines()
