@@ -80,6 +80,21 @@ def test_a_torchrun_script_trains_ddp_across_two_hosts(testbed: Any, frameworks_
                             "loss": result(logs)["loss"], "backend": "gloo"}
 
 
+def test_a_lightning_script_for_two_nodes_trains_ddp_across_two_hosts(
+        testbed: Any, frameworks_python: Path, tmp_path: Path) -> None:
+    """PyTorch Lightning (`strategy="ddp", num_nodes=2`, CPU), unchanged, on hosts whose
+    hostname resolves to loopback (as the testbed's do): gloo finds its interface from
+    GLOO_SOCKET_IFNAME, which each rank's host finds at start."""
+    job = {"script": "lightning_ddp.py", "framework": "torch"}
+    up, plan, logs = up_wait(testbed, tmp_path, frameworks_python, job,
+                             JOBS / "lightning_ddp.py")
+    assert up.returncode == 0, up.stdout + up.stderr + logs
+    assert result(logs) == {"world_size": 2, "global_rank": 0, "same_weights": True}, logs
+    assert {t["env"]["GLOO_SOCKET_IFNAME"] for t in plan["tasks"]} == \
+        {"tfctl:interface-to:h1,h2"}, plan  # found by each rank's host at its start
+    assert "GLOO_SOCKET_IFNAME=eth0 (the interface that reaches h1, h2)" in logs, logs
+
+
 def test_a_jax_script_sums_over_every_process_of_two_hosts(testbed: Any,
                                                            frameworks_python: Path,
                                                            tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -233,7 +234,12 @@ def build(k: int, hosts: list[HostNet], host_names: list[str]) -> None:
     ip("-batch", "-", stdin="\n".join(root) + "\n")
     if _forward_blocked():
         subprocess.run(["iptables", "-I", *_forward_rule(k)], check=True)
-    etc_hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
+    # The machine's own hostname (what gethostname() answers in every namespace: they share
+    # its UTS namespace) maps to loopback, as a stock Debian or Ubuntu install writes it, so
+    # that every test meets what real desktops give (gloo then advertises loopback unless
+    # told its interface: docs/loopback-hostnames.md).
+    own = f"127.0.0.1 localhost\n127.0.1.1 {socket.gethostname()}\n::1 localhost\n"
+    etc_hosts = own + "".join(
         f"{host.address} {name}\n" for host, name in zip(hosts, host_names, strict=True)
     )
     jobs = []
