@@ -5,7 +5,7 @@ A stock Debian or Ubuntu install maps the machine's own hostname to `127.0.1.1` 
 (some images to `127.0.0.1`). Gloo's TCP transport, given no interface, binds and advertises
 the address the hostname resolves to, so every rank advertises loopback and the ranks on other
 hosts fail: `Gloo connectFullMesh failed ... Connection refused, remote=[127.0.0.1]:PORT`
-(pytorch/pytorch#14216, #68726; docs/loopback-hostnames.md).
+(pytorch/gloo#223, pytorch/pytorch#15592; docs/loopback-hostnames.md).
 
 - PyTorch reads GLOO_SOCKET_IFNAME (and NCCL, NCCL_SOCKET_IFNAME). A rank of a group across
   hosts is handed both, unless the inventory sets them, as a value found on its host at start

@@ -5,10 +5,12 @@ Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no
 Gloo (PyTorch's CPU backend, and the CPU half of `cpu:gloo,cuda:nccl`) advertises the address
 the machine's hostname resolves to unless told an interface (GLOO_SOCKET_IFNAME); a stock
 Debian or Ubuntu install maps the hostname to 127.0.1.1 in /etc/hosts, so every rank
-advertises loopback and the other hosts cannot connect (pytorch/pytorch#14216, #68726). The
-plan hands such a rank `GLOO_SOCKET_IFNAME` (and `NCCL_SOCKET_IFNAME`) as a value to be found
-here at start (`FOUND_AT_START`, `inventory/frameworks/gloo.py`): the interface whose address
-the kernel picks as the source toward the group's hosts, rank 0's first.
+advertises loopback and the other hosts cannot connect (pytorch/gloo#223,
+pytorch/pytorch#15592). The plan hands such a rank `GLOO_SOCKET_IFNAME` (and
+`NCCL_SOCKET_IFNAME`) as a value to be found here at start (`FOUND_AT_START`,
+`inventory/frameworks/gloo.py`): the interface whose address the kernel picks as the source
+toward the group's hosts, rank 0's first (gloo takes one concrete interface name, never an
+address or NCCL's `^lo` exclusions: aws-samples/aws-do-eks#51, #69).
 
 How: a UDP socket `connect()`ed to the peer sends nothing but makes the kernel choose the route
 and the source address (`getsockname()`); the interface holding that address comes from
