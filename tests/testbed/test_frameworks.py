@@ -111,6 +111,25 @@ def test_a_lightning_script_for_two_nodes_trains_ddp_across_two_hosts(
         in logs, logs
 
 
+def test_a_rank_told_loopback_fails_with_the_cause_as_its_hint(testbed: Any,
+                                                              frameworks_python: Path,
+                                                              tmp_path: Path) -> None:
+    """The inventory's GLOO_SOCKET_IFNAME wins over what the host finds; `lo` makes every rank
+    advertise loopback, as a desktop's hostname does without it. The job fails, and the story
+    of the rank that failed first names the cause: PyTorch's hints before TensorFlow's."""
+    job = {"script": "torch_ddp.py", "framework": "torch", "args": ["--steps=2"],
+           "task_env": {"worker": {"GLOO_SOCKET_IFNAME": "lo"}}}
+    up, plan, logs = up_wait(testbed, tmp_path, frameworks_python, job,
+                             EXAMPLES / "torch_ddp.py")
+    said = up.stdout + up.stderr
+    assert up.returncode != 0, said + logs
+    assert {t["env"]["GLOO_SOCKET_IFNAME"] for t in plan["tasks"]} == {"lo"}, plan
+    assert "remote=[127.0.0.1]" in said, said
+    assert "hint: a rank connected to a loopback address (127.x) another rank advertised: " \
+           "that rank's host maps its hostname to loopback" in said, said
+    assert "are the ports open" not in said, said
+
+
 @contextlib.contextmanager
 def hostnames_on_lan(testbed: Any, hosts: tuple[str, ...] = ("h1", "h2")) -> Iterator[None]:
     """The fix `check` and `up` name for JAX: each host's /etc/hosts maps its own name to its

@@ -21,9 +21,11 @@ hosts:
 job:
   script: train.py
 """
-GLOO_FAILURE = ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/"
-                "transport/tcp/pair.cc:144] no error, remote=[127.0.1.1]:17139: Connection "
-                "refused")
+GLOO_FAILURE = ("RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/"
+                "gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection "
+                "refused, remote=[127.0.1.1]:8576")
+"""What rank 0 of a torchrun-style script said on the testbed before tfctl set gloo's interface
+(torch 2.13, hosts whose names resolve to 127.0.1.1)."""
 
 
 def plan_of(text: str) -> Any:
@@ -157,8 +159,7 @@ def test_a_gloo_connection_to_loopback_gets_the_cause(framework: str | None) -> 
 def test_a_torch_job_s_own_hint_comes_before_tensorflow_s() -> None:
     """gloo's refused connection to a real address: PyTorch's hint (MASTER_ADDR, gloo's own
     ports), not TensorFlow's `are the ports open` first."""
-    line = ("RuntimeError: Gloo connectFullMesh failed with [pair.cc:144] no error, "
-            "remote=[10.0.0.2]:40211: Connection refused")
+    line = GLOO_FAILURE.replace("127.0.1.1", "10.0.0.2")
     torch_hint = explain([line], framework="torch").hint
     assert torch_hint is not None and torch_hint.startswith("a rank could not reach rank 0"), \
         torch_hint
