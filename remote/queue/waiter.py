@@ -45,6 +45,7 @@ from tfctl.remote.queue.turn import Hold
 if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
     from tfctl.inventory.oneoff import Point
+    from tfctl.remote.queue.upstart import UpStart
 
 MODULE = "tfctl.remote.queue.waiter"
 
@@ -117,6 +118,8 @@ class UpWaiting:
     def __init__(self, job: WaitingJob) -> None:
         self.job = job
         self.run_id: str | None = None
+        self.outcomes: list[UpStart] = []
+        """How each of its starts went."""
 
     def first_words(self) -> str:
         return "waiting for " + ", ".join(f"{h}: {w.words()}" for h, w in self.job.wants.items())
@@ -143,6 +146,7 @@ class UpWaiting:
             outcome = start_up(self.job, say)
         finally:
             stop.starting = False
+        self.outcomes.append(outcome)
         if outcome.run_id is not None:
             self.run_id = outcome.run_id
             return Started(STARTED, f"run {outcome.run_id} started")
@@ -226,10 +230,12 @@ class SweepWaiting:
         store.write(job)
 
 
-def wait(job: WaitingJob, stop: Stop, say: Say = log) -> str:
-    """Wait for the job's turn and start it (module doc); the state it ended in."""
-    waiting: UpWaiting | SweepWaiting = SweepWaiting(job) if job.kind == "sweep" \
-        else UpWaiting(job)
+def wait(job: WaitingJob, stop: Stop, say: Say = log,
+         waiting: UpWaiting | SweepWaiting | None = None) -> str:
+    """Wait for the job's turn and start it (module doc); the state it ended in. `waiting`:
+    the look and the start of the job's kind (default: its record's)."""
+    if waiting is None:
+        waiting = SweepWaiting(job) if job.kind == "sweep" else UpWaiting(job)
     say(waiting.first_words())
     state, why, said = CANCELLED, "cancelled", None
     while True:
