@@ -33,7 +33,7 @@ OLD_UP = {
     "log": "/home/alice/.cache/tfctl/queue/q-20261125-181500-ab12.log", "waiter_pid": 4242,
     "updated_at": 1764094740.5, "ended_at": 1764094740.4}
 
-# What `tfctl run --each` wrote at 09d4925 (tui/cli/sweep.py): one point started, one lost its
+# What `tfctl run --each` wrote at 09d4925 (its sweep record): one point started, one lost its
 # GPU and waits, one failed, one cancelled.
 _RUN = {"command": "python train.py --seed 1", "name": None, "sweep": "s-20261125-181500-cd34",
         "point": {"seed": "1"}, "index": 0, "points": 4}
