@@ -108,5 +108,5 @@ def start_up(job: WaitingJob, say: Say) -> UpStart:
             return UpStart(controller.up(request.options(), say))
         except RACE_LOST as exc:
             return UpStart(lost=exc)
-        except (RemoteError, InventoryError) as exc:
+        except Exception as exc:  # any other failure ends the wait, said in the record
             return UpStart(error=exc)
