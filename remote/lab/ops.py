@@ -1,14 +1,15 @@
 """The lab's I/O: one agent request per host for `tfctl lab`, the claims for `reserve --list`,
-and reservations made and released (remote/agent/lab.py on the hosts)."""
+and reservations checked, made and released (remote/agent/lab.py on the hosts)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import ReleaseAnswer, ReserveAnswer
-from tfctl.remote.lab.claims import HostClaims, host_claims
+from tfctl.remote.lab.claims import Claim, HostClaims, host_claims
 from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
 
 
@@ -36,6 +37,45 @@ def list_claims(fleet: Fleet, hosts: Sequence[str] | None = None
     chosen = [h.name for h in fleet.inventory.hosts if hosts is None or h.name in hosts]
     return ([host_claims(h, found.succeeded[h]) for h in chosen if h in found.succeeded],
             {h: str(e) for h, e in found.failed.items()})
+
+
+def live_reservations(found: Sequence[HostClaims]) -> list[tuple[str, Claim]]:
+    """(host, reservation) of every live reservation, every user's, in the hosts' order."""
+    return [(hc.host, claim) for hc in found for claim in hc.claims
+            if claim.kind == "reservation" and claim.live]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A GPU asked for that another user has reserved."""
+
+    host: str
+    gpu: int
+    claim: Claim
+
+    def words(self) -> str:
+        """`titan: GPU 2 is reserved by bob until … (ICML runs)`."""
+        return f"{self.host}: GPU {self.gpu} is {self.claim.words()}"
+
+
+def first_conflict(found: Sequence[HostClaims], wanted: Mapping[str, Sequence[int]]
+                   ) -> Conflict | None:
+    """The first GPU of `wanted` that another user's live reservation holds, or None."""
+    for hc in found:
+        for claim in hc.theirs():
+            hit = [g for g in wanted.get(hc.host, ()) if g in claim.gpus]
+            if hit and claim.kind == "reservation" and claim.live:
+                return Conflict(hc.host, hit[0], claim)
+    return None
+
+
+def check_reservable(fleet: Fleet, wanted: Mapping[str, Sequence[int]]
+                     ) -> tuple[Conflict | None, dict[str, str]]:
+    """Whether `wanted` may be reserved without `--force`, every host asked before any
+    reserves (all or nothing): the first other user's reservation in the way, and why a host
+    could not say."""
+    found, failed = list_claims(fleet, list(wanted))
+    return (None if failed else first_conflict(found, wanted)), failed
 
 
 def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,

@@ -210,7 +210,7 @@ def test_down_stops_a_sweeps_running_points_and_cancels_its_waiting_ones(
     assert f"sweep {sweep}: 2 point runs stopped or ended, 1 waiting points cancelled" \
         in down.stdout
     assert not any(processes_of_run(p["run_id"]) for p in points[:2])
-    assert not Path(f"/proc/{waiter}/cmdline").exists() or b"sweep" not in Path(
+    assert not Path(f"/proc/{waiter}/cmdline").exists() or f"{sweep}.json".encode() not in Path(
         f"/proc/{waiter}/cmdline").read_bytes()
     assert not any(gpu_testbed.claims_dir("h1").glob("*.json"))  # claims and tickets gone
     assert not any(gpu_testbed.claims_dir("h1").joinpath("queue").glob("*.json"))
