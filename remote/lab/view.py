@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.lab.claims import Claim, HostClaims, clock, gpu_indices, host_claims
+from tfctl.remote.lab.idle import idle_line
 
 State = Literal["free", "reserved", "held", "error"]
 IDLE_AFTER_S = 600.0
@@ -49,10 +50,7 @@ class Holder:
         """`idle 1:05 — stops at 14:30 by the lab's policy`, for a run the policy warned."""
         if self.policy_idle_since_s is None or self.policy_stop_at_s is None:
             return None
-        minutes_idle = int(max(0.0, now_s - self.policy_idle_since_s)) // 60
-        return (f"idle {minutes_idle // 60}:{minutes_idle % 60:02d} — stops at "
-                f"{time.strftime('%H:%M', time.localtime(self.policy_stop_at_s))} by the lab's "
-                "policy")
+        return idle_line(self.policy_idle_since_s, self.policy_stop_at_s, now_s)
 
     def who_what(self) -> tuple[str, str]:
         if self.kind == "run":

@@ -183,17 +183,6 @@ def records_words(host: str, state: Mapping[str, Any]) -> str:
             "tasks keep running, and the records resume once there is room")
 
 
-def idle_words(host: str, state: Mapping[str, Any], now_s: float) -> str:
-    """`idle 1:05 on h1 (GPU 0 under 5 %) — stops at 14:30 by the lab's policy`."""
-    since, stop_at = float(state.get("since") or now_s), float(state.get("stop_at") or now_s)
-    minutes = int(max(0.0, now_s - since)) // 60
-    gpus = ",".join(str(g) for g in state.get("gpus") or ())
-    under = state.get("below_util_pct")
-    what = f" (GPU {gpus} under {under:g} %)" if gpus and isinstance(under, int | float) else ""
-    return (f"idle {minutes // 60}:{minutes % 60:02d} on {host}{what} — stops at "
-            f"{time.strftime('%H:%M', time.localtime(stop_at))} by the lab's policy")
-
-
 def acting_chief_of(style: str) -> str | None:
     """In the flags style worker 0 is the chief in practice: it initialises and saves, so its
     end is the job's end, and so is rank 0's in a process group (style `env`)

@@ -300,3 +300,28 @@ def test_an_ignored_policy_is_said_once(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_idle_clock_words() -> None:
     assert [clock_words(s) for s in (15, 65 * 60, 3 * 3600 + 59)] == ["0:00:15", "1:05", "3:00"]
+
+
+def test_status_and_the_dashboard_say_when_a_warned_run_stops(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's `idle.json` as `status` answers it: one line for `tfctl status`, and a finding
+    for the dashboard, which the owners' read (every few seconds) keeps."""
+    from tfctl.remote.gpus import owners as owners_module
+    from tfctl.remote.gpus.findings import policy_idle_findings
+    from tfctl.remote.gpus.owners import OwnerCache
+    from tfctl.remote.lab.idle import idle_words
+
+    now = 1_800_000_000.0
+    state = {"since": now - 3900, "stop_at": now + 3600, "gpus": [1], "below_util_pct": 5.0}
+    stops = time.strftime("%H:%M", time.localtime(now + 3600))
+    words = f"idle 1:05 on h1 (GPU 1 under 5 %) — stops at {stops} by the lab's policy"
+    assert idle_words("h1", state, now) == words
+    (finding,) = policy_idle_findings({"h1": state}, now)
+    assert (finding.level, finding.host, finding.kind, finding.text) == (
+        "warning", "h1", "policy_idle", words)
+    monkeypatch.setattr(owners_module, "read_run_hosts",
+                        lambda fleet, run_id, hosts: ((), {}, (), {"h1": state}))
+    monkeypatch.setattr(owners_module, "process_users", lambda fleet, pids: {})
+    cache = OwnerCache(fleet=None, snapshots=dict)  # type: ignore[arg-type]
+    cache.refresh("r1", ["h1"])
+    assert cache.idle == {"h1": state}

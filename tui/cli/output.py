@@ -245,7 +245,8 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from tfctl.remote.runs.status import idle_words, records_words
+    from tfctl.remote.lab.idle import idle_words
+    from tfctl.remote.runs.status import records_words
 
     table = Table(show_edge=False, pad_edge=False)
     for col in ("task", "host", "pid", "state", "up", "restarts", "steps/s", "last line"):
