@@ -85,6 +85,8 @@ class IdleWatch:
         self.warned = False
         self.stopped: str | None = None
         """Why the run was stopped as idle (the notice's cause), once it was."""
+        with contextlib.suppress(FileNotFoundError):  # a warning of an earlier watcher's clock
+            os.unlink(os.path.join(run_dir, IDLE_FILE))
 
     def look_at_policy(self, now_s: float) -> None:
         if now_s - self.looked_at < POLICY_LOOK_S:

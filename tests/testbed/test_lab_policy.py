@@ -195,7 +195,8 @@ def test_status_and_lab_say_when_an_idle_run_stops_and_others_are_only_shown(
 def test_a_policy_file_another_user_owns_is_ignored_and_said_once(
         shared_testbed: Testbed, lab_policy: Callable[..., Path], tmp_path: Path) -> None:
     """Bob, a user like alice, leaves a policy where the administrator's would be: alice's idle
-    run is not stopped by it, her watcher says once why, `tfctl lab policy` names the file."""
+    run is not stopped by it, her watcher says once why, `tfctl lab policy` names the file; so
+    it does for the administrator's file with a mistake, with its line."""
     claims = shared_testbed.claims_dir("h1")  # root's, as an administrator makes it
     claims.mkdir(mode=0o1777, exist_ok=True)
     os.chown(claims, 0, 0)
@@ -229,6 +230,12 @@ def test_a_policy_file_another_user_owns_is_ignored_and_said_once(
         assert [e["why"] for e in events if e["event"] == "policy_ignored"] == [said]
         assert not [e for e in events if e["event"] in ("idle_warning", "idle_stop")]
         assert processes_of_run(run_id)
+
+        lab_policy("h1", "idle:\n  below_util_pct: 5\n  warn_after: soon\n  stop_after: 3h\n")
+        policy = tfctl(inv, "lab", "policy")
+        assert policy.stdout.split("  ", 2)[2].strip() == (
+            f"none in force: the lab policy {path} is ignored: line 3: idle.warn_after: 'soon' is "
+            "not a duration (write e.g. 45s, 30m, 1h30m, 2d)"), policy.stdout
     finally:
         tfctl(inv, "down", "--run", run_id, "--grace", "1")
 
