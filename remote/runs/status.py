@@ -91,6 +91,9 @@ class RunStatus:
     """Hosts whose watcher cannot reach the chief's port now (silence, not a refusal)."""
     records_stopped: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """host → since when and why the run's records stopped there (a full disk)."""
+    idle: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """host → the run's GPUs there idle under the lab policy, its owner warned (since, stop_at;
+    agent/idlewatch.py): the run stops there at `stop_at` unless it is used again."""
     group: bool = False
     """The workers are one process group's ranks (torch, jax: style `env`): the failure of any
     ends the job, as a chief's would."""
@@ -153,7 +156,10 @@ def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAn
     finished: Mapping[str, Any] | None = None
     silences: list[Silence] = []
     records: dict[str, Mapping[str, Any]] = {}
+    idle: dict[str, Mapping[str, Any]] = {}
     for host, answer in answers.items():
+        if answer.idle:
+            idle[host] = answer.idle
         finished = finished or answer.finished
         tasks += [task_from_agent(host, raw) for raw in answer.tasks]
         silences += silences_from(host, answer.silences)
@@ -163,7 +169,7 @@ def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAn
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
                      acting_chief_of(style), asked_at, silences=tuple(silences),
-                     records_stopped=records, group=style == "env")
+                     records_stopped=records, idle=idle, group=style == "env")
 
 
 def records_words(host: str, state: Mapping[str, Any]) -> str:
