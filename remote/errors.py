@@ -182,6 +182,14 @@ class FleetError(RemoteError):
         return self.what
 
 
+class OverLimit(FleetError):
+    """The lab policy's GPUs per user refuse the request now (its sentence names the limit
+    and the user's GPUs): nothing was started."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what, kind="policy_limit")
+
+
 class GpusBusy(FleetError):
     """GPUs the plan assigns are held by processes that are not this run's, or claimed by another
     user's run or reservation (remote/lab/claims.py): nothing was started.

@@ -372,15 +372,18 @@ def read_claims(folder: str | None = None, now_s: float | None = None
 # ---------------------------------------------------------------- writing and removing our own
 
 def write_claim(kind: str, ident: str, record: dict[str, Any],
-                folder: str | None = None) -> str:
-    """Write (or replace) our claim atomically; its path. OSError/ValueError when it cannot."""
+                folder: str | None = None, check: bool = True) -> str:
+    """Write (or replace) our claim atomically; its path. OSError/ValueError when it cannot.
+    `check`: it must read back as a claim (False for the other records kept beside the claims,
+    recentuse.py's use records)."""
     folder = folder or claims_dir()
     problem = ensure_folder(folder)
     if problem:
         raise ValueError(problem)
     me = user_name(os.getuid()) or str(os.getuid())
     body = dict(record, format=CLAIM_FORMAT, kind=kind, user=me)
-    parse_claim(json_loads(json_dumps(body)))  # what we write, others must be able to read
+    if check:
+        parse_claim(json_loads(json_dumps(body)))  # what we write, others must be able to read
     path = os.path.join(folder, claim_file_name(me, kind, ident))
     tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -475,8 +478,17 @@ def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],
 
 
 def release_run(run_id: str) -> bool:
+    """Remove our run's claim, leaving first the record of the GPU time it held
+    (recentuse.py), which the fair queue weighs."""
+    from tfctl.remote.agent.recentuse import record_use
+
     me = user_name(os.getuid()) or str(os.getuid())
-    return remove_claim(claim_file_name(me, "run", run_id))
+    name = claim_file_name(me, "run", run_id)
+    found = read_owned(os.path.join(claims_dir(), name), me, MAX_CLAIM_BYTES)
+    if isinstance(found, Owned):
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            record_use(run_id, parse_claim(json.loads(found.data.decode("utf-8"))))
+    return remove_claim(name)
 
 
 def process_since(pid: int) -> float | None:

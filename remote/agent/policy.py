@@ -33,6 +33,11 @@ DEFAULT_POLICY = "/etc/tfctl/lab.yaml"
 MAX_POLICY_BYTES = 16 * 1024
 APPLIES_TO = ("sessions", "runs")
 IDLE_KEYS = ("below_util_pct", "warn_after", "stop_after", "applies_to")
+QUEUE_KEYS = ("order", "half_life")
+ORDERS = ("fifo", "fair")
+DEFAULT_HALF_LIFE_S = 3 * 86400.0
+LIMIT_KEYS = ("gpus_per_user", "max_reserve", "exceed_when_nobody_waits")
+SECTIONS = ("idle", "queue", "limits")
 
 
 class PolicyError(ValueError):
@@ -303,18 +308,98 @@ def _block(rows: list[tuple[int, int, str]], at: int, indent: int, path: tuple[s
 
 # ---------------------------------------------------------------- the policy's keys
 
-def parse_policy(text: str) -> dict[str, Any]:
-    """The policy a file's text says, checked: `{"idle": {below_util_pct, warn_after_s,
-    stop_after_s, applies_to}}` (no `idle` key: no idle rule); PolicyError otherwise; pure."""
+def parse_policy_parts(text: str) -> tuple[dict[str, Any], list[PolicyError]]:
+    """The policy a file's text says, rule by rule: `{"idle": {below_util_pct, warn_after_s,
+    stop_after_s, applies_to}, "queue": {order, half_life_s}, "limits": {gpus_per_user,
+    max_reserve_s, exceed_when_nobody_waits}}` (a section absent: no such rule), and what is
+    wrong with each section that is left out (an unknown key, a bad value or duration, with
+    its line); the other sections still apply. A text that is not the policy's YAML at all
+    raises PolicyError; pure."""
     data, lines = parse_yaml(text)
     policy: dict[str, Any] = {}
+    problems: list[PolicyError] = []
+    readers = {"idle": _idle_rule, "queue": _queue_rule, "limits": _limits_rule}
     for key in data:
-        if key != "idle":
-            raise PolicyError(lines.get((key,), 0), f"unknown key {key} (the policy knows: idle)")
-    idle = data.get("idle")
-    if "idle" in data:
-        policy["idle"] = _idle_rule(idle, lines)
+        if key not in SECTIONS:
+            problems.append(PolicyError(lines.get((key,), 0), f"unknown key {key} (the policy "
+                                                              f"knows: {', '.join(SECTIONS)})"))
+            continue
+        try:
+            policy[key] = readers[key](data[key], lines)
+        except PolicyError as exc:
+            problems.append(exc)
+    return policy, problems
+
+
+def parse_policy(text: str) -> dict[str, Any]:
+    """The policy a file's text says (`parse_policy_parts`), where all of it is right;
+    PolicyError for the first thing wrong otherwise; pure."""
+    policy, problems = parse_policy_parts(text)
+    if problems:
+        raise problems[0]
     return policy
+
+
+def _section_lines(section: str, value: Any, lines: dict[tuple[str, ...], int],
+                   known: tuple[str, ...], example: str) -> Any:
+    """A section's line-of-key function, once its value is checked to be a mapping of known
+    keys."""
+    at = lines.get((section,), 0)
+    if not isinstance(value, dict):
+        raise PolicyError(at, f"{section} must be a mapping: {example}")
+
+    def line(key: str) -> int:
+        return lines.get((section, key), at)
+
+    for key in value:
+        if key not in known:
+            raise PolicyError(line(key), f"unknown key {section}.{key} ({section} knows: "
+                                         f"{', '.join(known)})")
+    return line
+
+
+def _duration_key(section: str, key: str, value: Any, line: int) -> float:
+    try:
+        seconds = parse_duration(str(value))
+    except ValueError as exc:
+        raise PolicyError(line, f"{section}.{key}: {exc}") from None
+    if seconds <= 0:
+        raise PolicyError(line, f"{section}.{key} must be longer than 0s")
+    return seconds
+
+
+def _queue_rule(queue: Any, lines: dict[tuple[str, ...], int]) -> dict[str, Any]:
+    """`queue: {order: fifo|fair, half_life: 3d}` as `{"order", "half_life_s"}`."""
+    line = _section_lines("queue", queue, lines, QUEUE_KEYS, "{order: fair, half_life: 3d}")
+    order = queue.get("order", "fifo")
+    if order not in ORDERS:
+        raise PolicyError(line("order"), f"queue.order must be fifo or fair, not {order!r}")
+    half_life = DEFAULT_HALF_LIFE_S
+    if "half_life" in queue:
+        half_life = _duration_key("queue", "half_life", queue["half_life"], line("half_life"))
+    return {"order": order, "half_life_s": half_life}
+
+
+def _limits_rule(limits: Any, lines: dict[tuple[str, ...], int]) -> dict[str, Any]:
+    """`limits: {gpus_per_user: 2, max_reserve: 8h, exceed_when_nobody_waits: true}` as
+    `{"gpus_per_user", "max_reserve_s", "exceed_when_nobody_waits"}` (None: no such limit)."""
+    line = _section_lines("limits", limits, lines, LIMIT_KEYS,
+                          "{gpus_per_user: 2, max_reserve: 8h, exceed_when_nobody_waits: true}")
+    per_user = limits.get("gpus_per_user")
+    if per_user is not None and (isinstance(per_user, bool) or not isinstance(per_user, int)
+                                 or per_user < 1):
+        raise PolicyError(line("gpus_per_user"), "limits.gpus_per_user must be a whole number "
+                                                 f"of at least 1, not {per_user!r}")
+    max_reserve = None
+    if limits.get("max_reserve") is not None:
+        max_reserve = _duration_key("limits", "max_reserve", limits["max_reserve"],
+                                    line("max_reserve"))
+    exceed = limits.get("exceed_when_nobody_waits", True)
+    if not isinstance(exceed, bool):
+        raise PolicyError(line("exceed_when_nobody_waits"),
+                          f"limits.exceed_when_nobody_waits must be true or false, not {exceed!r}")
+    return {"gpus_per_user": per_user, "max_reserve_s": max_reserve,
+            "exceed_when_nobody_waits": exceed}
 
 
 def _idle_rule(idle: Any, lines: dict[tuple[str, ...], int]) -> dict[str, Any]:
@@ -361,13 +446,57 @@ def _idle_rule(idle: Any, lines: dict[tuple[str, ...], int]) -> dict[str, Any]:
 
 
 def policy_words(policy: dict[str, Any]) -> str:
-    """One line for people: `idle: under 5 % for 1h → warned, 3h → stopped (sessions, runs)`."""
+    """One line for people: `idle: under 5 % for 1h → owner warned, 3h → stopped (sessions);
+    queue: fair (half-life 3d); limits: 2 GPUs per user, reservations up to 8h`."""
+    said = []
     idle = policy.get("idle")
-    if not idle:
-        return "no rules"
-    return (f"idle: under {idle['below_util_pct']:g} % for {duration_words(idle['warn_after_s'])}"
-            f" → owner warned, {duration_words(idle['stop_after_s'])} → stopped "
-            f"({', '.join(idle['applies_to'])})")
+    if idle:
+        said.append(f"idle: under {idle['below_util_pct']:g} % for "
+                    f"{duration_words(idle['warn_after_s'])} → owner warned, "
+                    f"{duration_words(idle['stop_after_s'])} → stopped "
+                    f"({', '.join(idle['applies_to'])})")
+    queue = policy.get("queue")
+    if queue:
+        said.append("queue: first come, first served" if queue["order"] == "fifo" else
+                    f"queue: fair (least recent use first, half-life "
+                    f"{duration_words(queue['half_life_s'])})")
+    limits = policy.get("limits")
+    if limits:
+        parts = []
+        if limits["gpus_per_user"] is not None:
+            parts.append(f"{limits['gpus_per_user']} GPUs per user"
+                         + (" (more while nobody waits)" if limits["exceed_when_nobody_waits"]
+                            else ""))
+        if limits["max_reserve_s"] is not None:
+            parts.append(f"reservations up to {duration_words(limits['max_reserve_s'])}")
+        said.append(f"limits: {', '.join(parts) or 'none'}")
+    return "; ".join(said) or "no rules"
+
+
+def limit_words(limit: int, user: str, held: int, wanted: int, waiting: str | None) -> str:
+    """The sentence of a request over the GPUs per user: `the lab's limit is 2 GPUs per user
+    and alice holds 2: 1 more must wait while bob's q-… waits`; pure."""
+    also = f" while {waiting} waits" if waiting else ""
+    return (f"the lab's limit is {limit} GPUs per user and {user} holds {held}: {wanted} more "
+            f"must wait{also}")
+
+
+def reserve_refusal(policy: dict[str, Any] | None, for_s: float, user: str, held: int,
+                    wanted: int, waiting: str | None) -> str | None:
+    """Why the policy refuses a reservation of `wanted` more GPUs for `for_s` by `user`, who
+    holds `held` over the lab (`waiting`: another user's job waiting here, or None), or None;
+    pure."""
+    limits = (policy or {}).get("limits") or {}
+    longest = limits.get("max_reserve_s")
+    if longest is not None and for_s > longest + 60:  # a minute for the clocks and the ride
+        return (f"the lab's policy lets a reservation last at most {duration_words(longest)}, "
+                f"not {duration_words(for_s)}")
+    limit = limits.get("gpus_per_user")
+    if limit is None or held + wanted <= limit:
+        return None
+    if waiting is None and limits.get("exceed_when_nobody_waits", True):
+        return None
+    return limit_words(limit, user, held, wanted, waiting)
 
 
 # ---------------------------------------------------------------- the file, trusted or not
@@ -390,12 +519,14 @@ def trusted_owners(claims_folder: str) -> dict[int, str]:
 
 
 def read_policy(path: str | None = None, claims_folder: str | None = None) -> dict[str, Any]:
-    """The policy in force on this host: `{"path", "found", "policy", "ignored", "owner"}`.
-    `policy` is None where there is none (no file) or the file is ignored; `ignored` then says
-    why in one sentence naming the file (and the line, for a text that is not a policy)."""
+    """The policy in force on this host: `{"path", "found", "policy", "ignored", "owner",
+    "problems"}`. `policy` is None where there is none (no file) or the file is ignored (not
+    the policy's YAML, or none of its rules readable); `ignored` then says why in one sentence
+    naming the file (and the line). `problems`: one sentence per rule left out (its line and
+    why) of a policy whose other rules apply."""
     path = path or policy_path()
     reading: dict[str, Any] = {"path": path, "found": False, "policy": None, "ignored": None,
-                               "owner": None}
+                               "owner": None, "problems": []}
 
     def ignored(why: str) -> dict[str, Any]:
         reading["ignored"] = f"the lab policy {path} is ignored: {why}"
@@ -431,13 +562,21 @@ def read_policy(path: str | None = None, claims_folder: str | None = None) -> di
     if len(data) > MAX_POLICY_BYTES:
         return ignored(f"it is over {MAX_POLICY_BYTES} bytes")
     try:
-        reading["policy"] = parse_policy(data.decode("utf-8"))
+        found, problems = parse_policy_parts(data.decode("utf-8"))
     except UnicodeDecodeError:
         return ignored("it is not UTF-8 text")
     except PolicyError as exc:
-        where = f"line {exc.line}: " if exc.line else ""
-        return ignored(f"{where}{exc.why}")
+        return ignored(_problem_words(exc))
+    if problems and not found:  # none of its rules can be read
+        return ignored(_problem_words(problems[0]))
+    reading["policy"] = found
+    reading["problems"] = [f"the lab policy {path}: {_problem_words(p)} (that rule is left "
+                           "out; the rest applies)" for p in problems]
     return reading
+
+
+def _problem_words(exc: PolicyError) -> str:
+    return f"line {exc.line}: {exc.why}" if exc.line else exc.why
 
 
 def session_kind(manifest: dict[str, Any]) -> str:

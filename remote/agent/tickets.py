@@ -29,7 +29,9 @@ from typing import Any
 
 from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_folder
 from tfctl.remote.agent.lab import gpu_state_now
+from tfctl.remote.agent.policy import read_policy
 from tfctl.remote.agent.proc import user_name
+from tfctl.remote.agent.recentuse import recent_use
 from tfctl.remote.agent.vocab import (
     GpuState,
     GpuStateRequest,
@@ -169,6 +171,11 @@ def op_gpu_state(req: GpuStateRequest) -> GpuState:
     if req.tickets:
         stale_s = float(req.stale_s or TICKET_STALE_S)
         queue, warnings = read_tickets(time.time(), stale_s)
+        policy = read_policy().get("policy") or {}
+        rule, use = policy.get("queue"), {}
+        if rule and rule["order"] == "fair":
+            use = recent_use(rule["half_life_s"])
         state = GpuState.from_wire(dict(state.to_wire(), tickets=queue,
-                                        ticket_warnings=warnings))
+                                        ticket_warnings=warnings, queue_rule=rule,
+                                        limits=policy.get("limits"), recent_use=use))
     return state

@@ -72,12 +72,31 @@ def op_up_check(req: UpCheckRequest) -> UpCheck:
         found, warnings = read_claims()  # other users' runs and reservations (claims.py)
         claims = ClaimsAnswer(HostUser(os.getuid(), user_name(os.getuid())), tuple(found),
                               tuple(warnings))
+    limits = waiting = None
+    if req.gpus_script:
+        limits, waiting = _limits_here()
     name, addresses = hostname_addresses() if req.ask_hostname else (None, [])
     # ports chosen at up are bind-probed and leased (freeports.py)
     return UpCheck(sync, setup, None if gpus is None else str(gpus["stdout"] or ""),
                    port_states(req.ports), claims,
                    choose_from(req.choose) if req.choose else None,
-                   None if gpus is None else gpus["error"], name, tuple(addresses))
+                   None if gpus is None else gpus["error"], name, tuple(addresses),
+                   limits, waiting)
+
+
+def _limits_here() -> tuple[dict[str, Any] | None, str | None]:
+    """The lab policy's limits on this host, and another user's waiting job in its queue."""
+    import time
+
+    from tfctl.remote.agent.policy import read_policy
+    from tfctl.remote.agent.tickets import read_tickets
+
+    limits = (read_policy().get("policy") or {}).get("limits")
+    if not limits:
+        return None, None
+    queue, _ = read_tickets(time.time())
+    return limits, next((f"{t['user']}'s {t['id']}" for t in queue
+                         if t["state"] == "waiting" and t["uid"] != os.getuid()), None)
 
 
 def setup_cached(workdir: str, digest: str, inputs: list[str]) -> dict[str, Any]:

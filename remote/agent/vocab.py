@@ -625,6 +625,8 @@ class LabPolicy(Wire):
     ignored: str | None = None
     """Why the file is ignored, one sentence naming it (and the line), or None."""
     owner: str | None = None
+    problems: tuple[str, ...] = ()
+    """One sentence per rule of the policy left out (its line, why); the others apply."""
 
 
 class GpuStateRequest(Wire):
@@ -657,6 +659,15 @@ class GpuState(ClaimsAnswer):
     tickets: tuple[dict[str, Any], ...] = ()
     """The queue's tickets, oldest first, each with its `state` (where the request asked)."""
     ticket_warnings: tuple[str, ...] = ()
+    queue_rule: dict[str, Any] | None = None
+    """The lab policy's `queue` rule on this host (`{order, half_life_s}`; None: fifo), where
+    the request asked for the tickets."""
+    limits: dict[str, Any] | None = None
+    """The lab policy's `limits` on this host (`{gpus_per_user, max_reserve_s,
+    exceed_when_nobody_waits}`), or None."""
+    recent_use: dict[str, float] = field(default_factory=dict)
+    """User → GPU-hours used recently on this host, decayed with the queue's half-life
+    (agent/recentuse.py), where the queue's order is fair."""
 
 
 class ReserveRequest(Wire):
@@ -673,6 +684,9 @@ class ReserveRequest(Wire):
     """Reserve even where another user's reservation stands."""
     host: str | None = None
     """The host's name in the inventory, written into the claims."""
+    held_elsewhere: int = 0
+    """The GPUs we hold on the inventory's other hosts: the lab policy's GPUs per user count
+    them too."""
 
 
 class ReserveAnswer(Wire):
@@ -784,6 +798,10 @@ class UpCheck(Wire):
     """The host's name, where the request asked (`ask_hostname`)."""
     hostname_addresses: tuple[str, ...] = ()
     """What `hostname` resolves to there (netroute.py)."""
+    limits: dict[str, Any] | None = None
+    """The lab policy's `limits` on this host (where a GPU task is asked about), or None."""
+    waiting: str | None = None
+    """Another user's job waiting in this host's queue (`bob's q-…`), or None."""
 
 
 class UpGoRequest(Wire):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import ReleaseAnswer, ReserveAnswer
+from tfctl.remote.connect.transport import Transport
 from tfctl.remote.lab.claims import Claim, HostClaims, host_claims
 from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
 
@@ -80,8 +81,18 @@ def check_reservable(fleet: Fleet, wanted: Mapping[str, Sequence[int]]
 
 def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,
             note: str | None, force: bool = False) -> FleetResult[ReserveAnswer]:
-    return fleet.map(lambda t: agentops.reserve(t, targets[t.host.name], until_s, note, force),
-                     list(targets))
+    """Reserve `targets`; each host is told the GPUs we hold on the inventory's other hosts
+    (the lab policy's GPUs per user count over the whole lab: remote/agent/lab.py)."""
+    found, _ = list_claims(fleet)
+    mine = {hc.host: len({g for c in hc.claims if c.live and c.uid == hc.me_uid
+                          for g in c.gpus})
+            for hc in found}
+
+    def one(t: Transport) -> ReserveAnswer:
+        elsewhere = sum(n for h, n in mine.items() if h != t.host.name)
+        return agentops.reserve(t, targets[t.host.name], until_s, note, force, elsewhere)
+
+    return fleet.map(one, list(targets))
 
 
 def release(fleet: Fleet, targets: Mapping[str, Sequence[int]]) -> FleetResult[ReleaseAnswer]:

@@ -28,6 +28,8 @@ class HostPolicy:
     policy: dict[str, Any] | None = None
     ignored: str | None = None
     error: str | None = None
+    problems: tuple[str, ...] = ()
+    """The rules left out of a policy in force (one sentence each, with the line)."""
 
     @property
     def words(self) -> str:
@@ -46,7 +48,7 @@ class HostPolicy:
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "path": self.path, "found": self.found,
                 "policy": self.policy, "ignored": self.ignored, "error": self.error,
-                "words": self.words}
+                "problems": list(self.problems), "words": self.words}
 
 
 def read_policies(fleet: Fleet) -> list[HostPolicy]:
@@ -60,7 +62,7 @@ def read_policies(fleet: Fleet) -> list[HostPolicy]:
                                                                         "no answer"))))
         else:
             out.append(HostPolicy(host.name, answer.path, answer.found, answer.policy,
-                                  answer.ignored))
+                                  answer.ignored, problems=tuple(answer.problems)))
     return out
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from tfctl.remote.queue.ids import is_starting
 from tfctl.remote.queue.tickets import Ticket
-from tfctl.remote.queue.turn import Hold, HostView, Reason, usable
+from tfctl.remote.queue.turn import Hold, HostView, Reason, over_limit, usable
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,13 @@ def place_points(gpus_each: int, count: int, ticket_id: str, views: Sequence[Hos
         free, reason = usable(view, ticket_id, allowed.get(view.host))
         if reason is not None and reason.hold is Hold.QUEUED_FIRST:
             ahead += reason.ahead
+        mine = next((t for t in view.tickets if t.id == ticket_id and t.uid == view.me_uid),
+                    None)
         while len(taken) < count and len(free) >= gpus_each:
+            limited = None if mine is None else over_limit(view, mine, gpus_each * len(taken))
+            if limited is not None:  # the policy's GPUs per user, counting what we just took
+                reason = limited
+                break
             taken.append((view.host, tuple(free[:gpus_each])))
             free = free[gpus_each:]
         if len(taken) < count:

@@ -30,6 +30,7 @@ from tfctl.remote.queue.enqueue import Origin, queue_sweep
 from tfctl.remote.queue.ids import new_sweep_id, starting_id
 from tfctl.remote.queue.points import Placement
 from tfctl.remote.queue.record import WaitingJob, WaitingPoint
+from tfctl.remote.queue.turn import Hold
 from tfctl.remote.runs.steps import UpHooks
 
 if TYPE_CHECKING:
@@ -113,6 +114,10 @@ def start_run(inv: Inventory, origin: Origin, found: Sequence[Point], gpus_each:
                 if too_many:
                     raise RunRefused(too_many, usage=True)
                 taken = list(placement.taken)
+                limited = placement.held_by(Hold.OVER_LIMIT)
+                if not taken and not queues and limited:
+                    raise RunRefused(f"{placement.holds[limited[0]].words()} (`tfctl run "
+                                     "--when-free` waits for its turn)", usage=False)
                 if not taken and not queues:
                     raise RunRefused(f"no {_n_gpus(gpus_each)} free on one host now: "
                                      f"{placement.words()}; `tfctl run --when-free` waits for "

@@ -22,7 +22,7 @@ again), never on the sentence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -44,6 +44,22 @@ class HostView:
     """Why the host gave no answer (then `free.error` says `cannot look: …`), or None."""
     warnings: tuple[str, ...] = ()
     """What its agent said of tickets it could not read."""
+    order: str = "fifo"
+    """The host's lab policy's queue order: `fifo` (first come, first served) or `fair`."""
+    use: Mapping[str, float] = field(default_factory=dict)
+    """User → recent GPU-hours there, decayed (a fair queue's weights; see `UsageByUser`)."""
+    gpus_per_user: int | None = None
+    """The host's lab policy's `limits.gpus_per_user`, or None."""
+    exceed_when_nobody_waits: bool = True
+    """Whether a user at the limit may still take GPUs no other user's job waits for."""
+    held: Mapping[str, int] = field(default_factory=dict)
+    """User → GPUs they hold (live runs, reservations) over every host looked at: what the
+    limit counts."""
+
+
+UsageByUser = Mapping[str, float]
+"""Each user's recent GPU use on a host, in GPU-hours decayed with the queue's half-life: what
+a fair queue weighs (the host's agent computes it, agent/recentuse.py `recent_use`)."""
 
 
 class Hold(Enum):
@@ -60,6 +76,9 @@ class Hold(Enum):
     (`kept`), or not on the host (`missing`)."""
     TOO_FEW = "too_few"
     """Fewer GPUs are free (`free_count`) than it wants (`wanted`)."""
+    OVER_LIMIT = "over_limit"
+    """Its user holds `held` GPUs, and `wanted` more would pass the policy's `limit` of GPUs
+    per user while another user's job waits (`ahead` names it)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,9 @@ class Reason:
     missing: tuple[int, ...] = ()
     free_count: int = 0
     wanted: int = 0
+    limit: int = 0
+    held: int = 0
+    user: str = ""
 
     def words(self, whose: str = "its") -> str:
         """The sentence: `1 job queued first (bob's q-…, for GPU 0)`, `GPU 0: held by …`."""
@@ -87,6 +109,11 @@ class Reason:
                     f"for {first.want.words()})")
         if self.hold is Hold.CANNOT_READ:
             return self.error
+        if self.hold is Hold.OVER_LIMIT:
+            other = self.ahead[0] if self.ahead else None
+            waiting = f" while {other.user}'s {other.id} waits" if other else ""
+            return (f"the lab's limit is {self.limit} GPUs per user and {self.user} holds "
+                    f"{self.held}: {self.wanted} more must wait{waiting}")
         if self.hold is Hold.TOO_FEW:
             return (f"{self.free_count} free GPUs of {self.wanted} wanted ("
                     f"{'; '.join(self.taken) or 'none listed'})")
@@ -140,12 +167,64 @@ class Turns:
                 if t.reason is not None and t.reason.hold is hold]
 
 
-def _key(t: Ticket) -> tuple[float, str, str]:
-    return (t.queued_s, t.user, t.id)
+def queue_key(t: Ticket, order: str = "fifo", use: UsageByUser | None = None
+              ) -> tuple[float, float, str, str]:
+    """Where a ticket stands in a host's line: by arrival (`fifo`), or (`fair`) by its user's
+    recent GPU-hours, the least first, arrival breaking ties; pure."""
+    share = round((use or {}).get(t.user, 0.0), 6) if order == "fair" else 0.0
+    return (share, t.queued_s, t.user, t.id)
 
 
 def _mine(view: HostView, ticket_id: str) -> Ticket | None:
     return next((t for t in view.tickets if t.id == ticket_id and t.uid == view.me_uid), None)
+
+
+def _key_of(view: HostView) -> Callable[[Ticket], tuple[float, float, str, str]]:
+    return lambda t: queue_key(t, view.order, view.use)
+
+
+def line_of(view: HostView) -> list[tuple[Ticket, str]]:
+    """The host's tickets in the order the queue takes them, each with why it stands there
+    (`tfctl queue`): arrival under `fifo`; under `fair`, its user's recent GPU-hours (their
+    share of the recent use there); pure."""
+    ordered = sorted(view.tickets, key=_key_of(view))
+    if view.order != "fair":
+        return [(t, "first come, first served") for t in ordered]
+    total = sum(view.use.values())
+    out = []
+    for t in ordered:
+        hours = view.use.get(t.user, 0.0)
+        share = f", {100 * hours / total:.0f} % of the recent use here" if total > 0 else ""
+        out.append((t, f"fair: {t.user} used {hours:.2f} GPU-h recently{share}"))
+    return out
+
+
+def wanted_count(want: Want) -> int:
+    """How many GPUs a want takes (a count of `any free` takes at least one)."""
+    return len(want.gpus) if want.gpus is not None else max(1, want.count or 0)
+
+
+def over_limit(view: HostView, ticket: Ticket, also: int = 0) -> Reason | None:
+    """Why `ticket` may not take its GPUs under the policy's per-user limit (its user's GPUs
+    held over every host looked at, plus `also` it is taking in the same placement, plus those
+    it wants, pass the limit, and another user's job waits there, or the policy lets nobody
+    pass it), or None; pure."""
+    limit = view.gpus_per_user
+    if limit is None:
+        return None
+    held, wanted = view.held.get(ticket.user, 0) + also, wanted_count(ticket.want)
+    if held + wanted <= limit:
+        return None
+    others = tuple(t for t in view.tickets if t.state == "waiting" and t.user != ticket.user)
+    if not others and view.exceed_when_nobody_waits:
+        return None
+    return Reason(Hold.OVER_LIMIT, ahead=others[:1], limit=limit, held=held, wanted=wanted,
+                  user=ticket.user)
+
+
+def _stands_aside(view: HostView, t: Ticket) -> bool:
+    """A waiting ticket that holds nobody back: its user is over the limit."""
+    return over_limit(view, t) is not None
 
 
 def host_turn(view: HostView, ticket_id: str, want: Want) -> HostTurn:
@@ -159,9 +238,12 @@ def host_turn(view: HostView, ticket_id: str, want: Want) -> HostTurn:
         return HostTurn(host, Reason(Hold.NO_TICKET))
     rivals = [t for t in view.tickets
               if t is mine or (t.state == "waiting" and overlaps(t.want, want))]
-    rivals.sort(key=_key)
+    rivals.sort(key=_key_of(view))
     position = rivals.index(mine) + 1
-    ahead = tuple(rivals[:position - 1])
+    limited = over_limit(view, mine)
+    if limited is not None:
+        return HostTurn(host, limited, position)
+    ahead = tuple(t for t in rivals[:position - 1] if not _stands_aside(view, t))
     if ahead:
         return HostTurn(host, Reason(Hold.QUEUED_FIRST, ahead=ahead), position)
     if free.error is not None:
@@ -196,8 +278,12 @@ def usable(view: HostView, ticket_id: str, allowed: Sequence[int] | None
     mine = _mine(view, ticket_id)
     if mine is None:
         return [], Reason(Hold.NO_TICKET)
+    limited = over_limit(view, mine)
+    if limited is not None:
+        return [], limited
+    key = _key_of(view)
     older = [t for t in view.tickets if t is not mine and t.state == "waiting"
-             and _key(t) < _key(mine)]
+             and key(t) < key(mine) and not _stands_aside(view, t)]
     counting = tuple(t for t in older if t.want.gpus is None)
     if counting:
         return [], Reason(Hold.QUEUED_FIRST, ahead=counting)

@@ -107,7 +107,7 @@ def _claims_folder(tmp_path: Path) -> Path:
 def test_no_file_is_no_policy(tmp_path: Path) -> None:
     reading = read_policy(str(tmp_path / "lab.yaml"), str(_claims_folder(tmp_path)))
     assert reading == {"path": str(tmp_path / "lab.yaml"), "found": False, "policy": None,
-                       "ignored": None, "owner": None}
+                       "ignored": None, "owner": None, "problems": []}
 
 
 def test_the_default_path_and_the_hosts_variable(monkeypatch: pytest.MonkeyPatch) -> None:

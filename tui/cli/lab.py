@@ -165,7 +165,7 @@ def lab_policy(ctx: click.Context, as_json: bool) -> None:
         for h in hosts:
             where = f"  {h.path}" if h.path else ""
             click.echo(f"{h.host:<{width}}{where}  {h.words}")
-        for line in disagreement_words(hosts):
+        for line in [p for h in hosts for p in h.problems] + disagreement_words(hosts):
             warn(line)
     if any(h.error is not None for h in hosts):
         sys.exit(EXIT_FAILED)
@@ -269,6 +269,13 @@ def _reserve(ctx: click.Context, targets: Sequence[str], seconds: float, note: s
                             "reserves it anyway)", fg="red", err=True)
                 sys.exit(EXIT_FAILED)
         done = reserve_on(controller.fleet, wanted, until, note, force)
+        if done.failed and done.succeeded:  # all or nothing: undo the hosts that reserved
+            from tfctl.remote.lab.ops import release as release_on
+
+            release_on(controller.fleet, {h: wanted[h] for h in done.succeeded})
+            for exc in done.failed.values():
+                click.secho(f"error: {exc}: nothing was reserved", fg="red", err=True)
+            sys.exit(EXIT_FAILED)
     out = []
     for host, answer in done.succeeded.items():
         out.append({"host": host, "gpus": list(answer.reserved), "until": answer.until_s,

@@ -115,6 +115,7 @@ def _list(ctx: click.Context, as_json: bool) -> None:
     from tfctl.remote.connect.fleet import Fleet
     from tfctl.remote.queue.look import look
     from tfctl.remote.queue.record import WAITING, own_jobs
+    from tfctl.remote.queue.turn import line_of
 
     inv = obj(ctx).load()
     mine = {j.id: j for j in own_jobs()}
@@ -128,8 +129,9 @@ def _list(ctx: click.Context, as_json: bool) -> None:
             rows[view.host] = []
             continue
         rows[view.host] = [dict(t.to_json(), position=i + 1, mine=t.uid == view.me_uid,
-                                queued_here=t.id in mine and t.uid == view.me_uid)
-                           for i, t in enumerate(view.tickets)]
+                                queued_here=t.id in mine and t.uid == view.me_uid, place_why=why,
+                                order=view.order)
+                           for i, (t, why) in enumerate(line_of(view))]
     warnings = [f"{v.host}: {w}" for v in views for w in v.warnings]
     local = [_local_json(j) for j in mine.values()]
     if as_json:
@@ -148,7 +150,8 @@ def _list(ctx: click.Context, as_json: bool) -> None:
             stale = " (stale: its waiter is gone or asleep)" if row["state"] == "stale" else ""
             click.echo(f"  {row['position']}. {row['id']}  {row['user']}  job {row['job']}  "
                        f"for {row['wants_words']}  since {_clock(row['queued'])}  "
-                       f"from {row['client'] or '?'}{stale}")
+                       f"from {row['client'] or '?'}{stale}"
+                       + (f"  ({row['place_why']})" if row["order"] == "fair" else ""))
     for r in local:
         if r["state"] == WAITING:
             alive = "" if r["waiter_alive"] else " (its waiter is not running: cancel it)"

@@ -266,10 +266,12 @@ def claims(t: Transport) -> ClaimsAnswer:
 
 
 def reserve(t: Transport, gpus: Sequence[int], until_s: float, note: str | None,
-            force: bool = False) -> ReserveAnswer:
+            force: bool = False, held_elsewhere: int = 0) -> ReserveAnswer:
     """Reserve `gpus` of the host until `until_s` (op `reserve`); RemoteError of kind
-    `reserved` where another user's reservation stands (unless `force`)."""
-    request = ReserveRequest(tuple(gpus), until_s, note, force, t.host.name)
+    `reserved` where another user's reservation stands (unless `force`), of kind
+    `policy_limit` where the lab policy's limits refuse it (`held_elsewhere`: our GPUs on the
+    other hosts, which the limit counts too)."""
+    request = ReserveRequest(tuple(gpus), until_s, note, force, t.host.name, held_elsewhere)
     return ReserveAnswer.from_wire(_call(t, "reserve", request))
 
 

@@ -27,7 +27,7 @@ from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentclient, agentops
 from tfctl.remote.connect.session.agentops import UpCheck
-from tfctl.remote.errors import GpusBusy, LaunchFailed, PythonMissing, RemoteError
+from tfctl.remote.errors import GpusBusy, LaunchFailed, OverLimit, PythonMissing, RemoteError
 from tfctl.remote.runs.check import describe_holder
 from tfctl.remote.runs.setup import commands_digest
 from tfctl.remote.runs.steps import WARNING, OnEvent
@@ -111,6 +111,40 @@ def judge_gpus(fleet: Fleet, plan: Plan, checks: Mapping[str, UpCheck], force: b
                                                claims=checks[t.host.name].claims),
                        list(tokens))
     judge_busy(BusyReport(dict(judged.succeeded), dict(judged.failed)), force, say)
+
+
+def judge_limit(plan: Plan, checks: Mapping[str, UpCheck]) -> None:
+    """Raise `OverLimit` where a host's lab policy limits the GPUs per user and ours held (live
+    runs and reservations over the hosts checked, those the plan takes counted once) plus the
+    plan's would pass it while another user's job waits there (or the policy lets nobody pass
+    it); pure."""
+    from tfctl.remote.agent.policy import limit_words
+
+    tokens = gpu_tokens(plan)
+    if not tokens:
+        return
+    held = 0
+    for host, check in checks.items():
+        claims = check.claims
+        if claims is None or claims.me is None:
+            continue
+        mine = {str(g) for c in claims.claims if c.get("uid") == claims.me.uid
+                and c.get("state") == "live" for g in c.get("gpus") or ()}
+        held += len(mine - set(tokens.get(host, ())))  # our reservation of them: counted once
+    wanted = sum(len(t) for t in tokens.values())
+    for host in tokens:
+        found = checks.get(host)
+        if found is None or not found.limits or found.limits.get("gpus_per_user") is None:
+            continue
+        check = found
+        limit = int(check.limits["gpus_per_user"])
+        if held + wanted <= limit or (check.waiting is None
+                                      and check.limits.get("exceed_when_nobody_waits", True)):
+            continue
+        me = check.claims.me if check.claims is not None else None
+        user = str(me.user) if me is not None and me.user else "you"
+        raise OverLimit(f"{host}: {limit_words(limit, user, held, wanted, check.waiting)} "
+                        "(`tfctl up --when-free` waits for its turn)")
 
 
 def judge_hostnames(plan: Plan, checks: Mapping[str, UpCheck]) -> None:

@@ -1,0 +1,224 @@
+"""The fair queue and the per-user limit (remote/queue/turn.py, points.py), table-tested; each
+user's recent use as the host's agent reads it (remote/agent/recentuse.py) on this machine's
+real filesystem; and the policy's `queue` and `limits` keys (remote/agent/policy.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tfctl.remote.agent import recentuse
+from tfctl.remote.agent.claims import claim_file_name, write_claim
+from tfctl.remote.agent.policy import (
+    PolicyError,
+    parse_policy,
+    parse_policy_parts,
+    policy_words,
+    read_policy,
+)
+from tfctl.remote.agent.proc import user_name
+from tfctl.remote.lab.place import HostFree
+from tfctl.remote.queue.points import place_points
+from tfctl.remote.queue.tickets import Ticket, Want
+from tfctl.remote.queue.turn import Hold, HostView, host_turn, line_of, queue_key, usable
+
+ME = user_name(os.getuid()) or str(os.getuid())
+DAY = 86400.0
+
+
+def _t(ident: str, user: str, uid: int, queued: float, gpus: tuple[int, ...] | None = (0,),
+       count: int | None = None, state: str = "waiting") -> Ticket:
+    return Ticket("h1", ident, user, uid, Want(gpus, count), queued, queued, state)
+
+
+FREE = HostFree("h1", (0, 1, 2, 3))
+ALICE_FIRST = (_t("a", "alice", 1, 1.0), _t("b", "bob", 2, 2.0))
+
+
+# ---------------------------------------------------------------- the order (pure)
+
+@pytest.mark.parametrize("order, use, first", [
+    ("fifo", {}, "a"),
+    ("fifo", {"alice": 9.0, "bob": 1.0}, "a"),  # fifo ignores use
+    ("fair", {"alice": 9.0, "bob": 1.0}, "b"),  # alice used more: bob first
+    ("fair", {"alice": 9.0}, "b"),              # bob used nothing
+    ("fair", {"alice": 1.0, "bob": 9.0}, "a"),
+    ("fair", {"alice": 2.0, "bob": 2.0}, "a"),  # equal use: arrival breaks the tie
+    ("fair", {}, "a"),
+])
+def test_fair_order_takes_the_least_recent_use_first(order: str, use: dict[str, float],
+                                                    first: str) -> None:
+    view = HostView("h1", FREE, ALICE_FIRST, 1, order=order, use=use)
+    assert sorted(ALICE_FIRST, key=lambda t: queue_key(t, order, use))[0].id == first
+    assert line_of(view)[0][0].id == first
+    mine = next(t for t in ALICE_FIRST if t.id == first)
+    other = next(t for t in ALICE_FIRST if t.id != first)
+    ready = host_turn(HostView("h1", FREE, ALICE_FIRST, mine.uid, order=order, use=use),
+                      first, Want((0,)))
+    held = host_turn(HostView("h1", FREE, ALICE_FIRST, other.uid, order=order, use=use),
+                     other.id, Want((0,)))
+    assert (ready.ready, ready.position) == (True, 1)
+    assert (held.ready, held.position, held.why) == (
+        False, 2, f"1 job queued first ({mine.user}'s {first}, for GPU 0)")
+
+
+def test_the_queue_says_each_users_share() -> None:
+    view = HostView("h1", FREE, ALICE_FIRST, 1, order="fair", use={"alice": 3.0, "bob": 1.0})
+    assert [(t.id, why) for t, why in line_of(view)] == [
+        ("b", "fair: bob used 1.00 GPU-h recently, 25 % of the recent use here"),
+        ("a", "fair: alice used 3.00 GPU-h recently, 75 % of the recent use here")]
+    fifo = HostView("h1", FREE, ALICE_FIRST, 1)
+    assert [(t.id, why) for t, why in line_of(fifo)] == [
+        ("a", "first come, first served"), ("b", "first come, first served")]
+
+
+def test_a_fair_sweep_gives_the_lighter_user_the_gpus_first() -> None:
+    line = (_t("a", "alice", 1, 1.0, gpus=None, count=1), _t("b", "bob", 2, 2.0, gpus=None,
+                                                                count=1))
+    view = HostView("h1", HostFree("h1", (3,)), line, 1, order="fair", use={"alice": 5.0})
+    free, reason = usable(view, "a", None)
+    assert free == [] and reason is not None and reason.hold is Hold.QUEUED_FIRST
+    bob = HostView("h1", HostFree("h1", (3,)), line, 2, order="fair", use={"alice": 5.0})
+    assert usable(bob, "b", None) == ([3], None)
+
+
+# ---------------------------------------------------------------- the limit (pure)
+
+@pytest.mark.parametrize("held, others_wait, exceed, want, ready, why", [
+    (1, True, True, Want((0,)), True, "free"),         # 1 + 1 <= 2
+    (2, False, True, Want((0,)), True, "free"),        # over, but nobody else waits
+    (2, False, False, Want((0,)), False,               # over, and the lab lets nobody pass
+     "the lab's limit is 2 GPUs per user and alice holds 2: 1 more must wait"),
+    (2, True, True, Want((0,)), False,
+     "the lab's limit is 2 GPUs per user and alice holds 2: 1 more must wait while bob's b "
+     "waits"),
+    (0, True, True, Want((0, 1, 2)), False,            # 3 at once is over a limit of 2
+     "the lab's limit is 2 GPUs per user and alice holds 0: 3 more must wait while bob's b "
+     "waits"),
+])
+def test_the_limit_per_user(held: int, others_wait: bool, exceed: bool, want: Want,
+                            ready: bool, why: str) -> None:
+    line = [_t("a", "alice", 1, 1.0, gpus=want.gpus)]
+    if others_wait:
+        line.append(_t("b", "bob", 2, 2.0, gpus=(3,)))
+    view = HostView("h1", FREE, tuple(line), 1, gpus_per_user=2, held={"alice": held},
+                    exceed_when_nobody_waits=exceed)
+    turn = host_turn(view, "a", want)
+    assert (turn.ready, turn.why) == (ready, why)
+
+
+def test_a_user_over_the_limit_stands_aside_for_the_others() -> None:
+    # alice queued first, but holds her 2 GPUs: bob, younger, goes first
+    view = HostView("h1", FREE, ALICE_FIRST, 2, gpus_per_user=2, held={"alice": 2})
+    assert host_turn(view, "b", Want((0,))).ready
+    # without the limit bob waits for alice's ticket
+    assert not host_turn(HostView("h1", FREE, ALICE_FIRST, 2), "b", Want((0,))).ready
+
+
+def test_a_sweep_takes_points_up_to_the_limit() -> None:
+    line = (_t("s", "alice", 1, 1.0, gpus=None, count=1), _t("b", "bob", 2, 2.0, gpus=(3,)))
+    view = HostView("h1", HostFree("h1", (0, 1, 2)), line, 1, gpus_per_user=2,
+                    held={"alice": 1})
+    placed = place_points(1, 3, "s", [view], {"h1": None})
+    assert [g for _, g in placed.taken] == [(0,)]  # 1 held + 1 taken = the limit
+    assert placed.held_by(Hold.OVER_LIMIT) == ["h1"]
+    assert "the lab's limit is 2 GPUs per user and alice holds 2" in placed.words()
+    alone = HostView("h1", HostFree("h1", (0, 1, 2)), line[:1], 1, gpus_per_user=2,
+                     held={"alice": 1})
+    assert len(place_points(1, 3, "s", [alone], {"h1": None}).taken) == 3  # nobody waits
+
+
+# ---------------------------------------------------------------- recent use (real files)
+
+@pytest.mark.parametrize("gpu_s, age_days, half_life_days, hours", [
+    (3600.0, 0.0, 3.0, 1.0),
+    (7200.0, 3.0, 3.0, 1.0),
+    (7200.0, 6.0, 3.0, 0.5),
+    (-50.0, 0.0, 3.0, 0.0),          # nothing negative
+    (3600.0, -1.0, 3.0, 1.0),        # ended "in the future" (a clock that jumped): no more
+])
+def test_decayed_hours(gpu_s: float, age_days: float, half_life_days: float,
+                       hours: float) -> None:
+    now = 1e9
+    assert recentuse.decayed_hours(gpu_s, now - age_days * DAY, now,
+                                   half_life_days * DAY) == pytest.approx(hours)
+
+
+def test_a_released_run_leaves_its_use_and_recent_use_weighs_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    folder = tmp_path / "claims"
+    monkeypatch.setenv("TFCTL_CLAIMS_DIR", str(folder))
+    now = time.time()
+    recentuse.record_use("run-1", {"since": now - 1800.0, "gpus": [0, 1]}, now)
+    recentuse.record_use("run-2", {"since": now - 3 * DAY - 3600.0, "gpus": [0]}, now - 3 * DAY)
+    recentuse.record_use("run-3", {"since": None, "gpus": [0]}, now)  # nothing to count
+    use = recentuse.recent_use(3 * DAY, now)
+    assert use == {ME: pytest.approx(1.0 + 0.5)}
+    # a record whose end is before its start (a clock that jumped) counts nothing
+    (folder / recentuse.use_file_name(ME, "jump")).write_text(json.dumps(
+        {"since": now, "until": now - 99999.0, "gpu_s": 1e6}))
+    assert recentuse.recent_use(3 * DAY, now) == {ME: pytest.approx(1.5)}
+    # and a claim is still read as a claim beside them
+    write_claim("reservation", "gpu0", {"gpus": [0], "until": now + 60, "since": now})
+    assert (folder / claim_file_name(ME, "reservation", "gpu0")).exists()
+
+
+def test_old_use_records_are_removed_when_the_next_is_written(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    monkeypatch.setenv("TFCTL_CLAIMS_DIR", str(tmp_path / "claims"))
+    now = time.time()
+    recentuse.record_use("old", {"since": now - 40 * DAY - 60, "gpus": [0]}, now - 40 * DAY)
+    recentuse.record_use("new", {"since": now - 60, "gpus": [0]}, now)
+    assert sorted(p.name for p in (tmp_path / "claims").glob("*.use.*")) == [
+        recentuse.use_file_name(ME, "new")]
+
+
+# ---------------------------------------------------------------- the policy's keys
+
+FAIR = "queue: {order: fair, half_life: 2d}\nlimits:\n  gpus_per_user: 2\n  max_reserve: 8h\n"
+
+
+def test_queue_and_limits_are_read() -> None:
+    policy = parse_policy(FAIR)
+    assert policy == {"queue": {"order": "fair", "half_life_s": 2 * DAY},
+                      "limits": {"gpus_per_user": 2, "max_reserve_s": 8 * 3600.0,
+                                 "exceed_when_nobody_waits": True}}
+    assert policy_words(policy) == ("queue: fair (least recent use first, half-life 2d); "
+                                    "limits: 2 GPUs per user (more while nobody waits), "
+                                    "reservations up to 8h")
+    assert parse_policy("queue: {order: fifo}\n") == {
+        "queue": {"order": "fifo", "half_life_s": 3 * DAY}}
+
+
+@pytest.mark.parametrize("text, line, why, kept", [
+    ("queue: {order: fair, half_life: soon}\nlimits: {gpus_per_user: 2}\n", 1,
+     "queue.half_life: 'soon' is not a duration", ["limits"]),
+    ("queue: {order: random}\nlimits: {gpus_per_user: 2}\n", 1,
+     "queue.order must be fifo or fair, not 'random'", ["limits"]),
+    ("queue: {order: fair}\nlimits:\n  gpus_per_usr: 2\n", 3,
+     "unknown key limits.gpus_per_usr", ["queue"]),
+    ("queue: {order: fair}\nlimits: {gpus_per_user: 0}\n", 2,
+     "limits.gpus_per_user must be a whole number of at least 1", ["queue"]),
+    ("queue: {order: fair}\nlimits: {max_reserve: 8 hours}\n", 2,
+     "limits.max_reserve: '8 hours' is not a duration", ["queue"]),
+    ("quota: 3\nqueue: {order: fair}\n", 1, "unknown key quota", ["queue"]),
+])
+def test_a_bad_rule_is_named_with_its_line_and_the_rest_applies(
+        text: str, line: int, why: str, kept: list[str], tmp_path: Path) -> None:
+    policy, problems = parse_policy_parts(text)
+    assert sorted(policy) == kept
+    assert [p.line for p in problems] == [line] and problems[0].why.startswith(why)
+    with pytest.raises(PolicyError):
+        parse_policy(text)
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    reading = read_policy(str(path), str(tmp_path / "claims"))
+    assert reading["ignored"] is None and sorted(reading["policy"]) == kept
+    assert reading["problems"] == [f"the lab policy {path}: line {line}: {problems[0].why} "
+                                   "(that rule is left out; the rest applies)"]
