@@ -124,8 +124,8 @@ def judge_limit(plan: Plan, checks: Mapping[str, UpCheck]) -> None:
     if not tokens:
         return
     held = 0
-    for host, check in checks.items():
-        claims = check.claims
+    for host, answer in checks.items():
+        claims = answer.claims
         if claims is None or claims.me is None:
             continue
         mine = {str(g) for c in claims.claims if c.get("uid") == claims.me.uid
@@ -133,13 +133,13 @@ def judge_limit(plan: Plan, checks: Mapping[str, UpCheck]) -> None:
         held += len(mine - set(tokens.get(host, ())))  # our reservation of them: counted once
     wanted = sum(len(t) for t in tokens.values())
     for host in tokens:
-        found = checks.get(host)
-        if found is None or not found.limits or found.limits.get("gpus_per_user") is None:
+        check = checks.get(host)
+        limits = (check.limits if check is not None else None) or {}
+        if check is None or limits.get("gpus_per_user") is None:
             continue
-        check = found
-        limit = int(check.limits["gpus_per_user"])
+        limit = int(limits["gpus_per_user"])
         if held + wanted <= limit or (check.waiting is None
-                                      and check.limits.get("exceed_when_nobody_waits", True)):
+                                      and limits.get("exceed_when_nobody_waits", True)):
             continue
         me = check.claims.me if check.claims is not None else None
         user = str(me.user) if me is not None and me.user else "you"
