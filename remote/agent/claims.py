@@ -478,17 +478,8 @@ def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],
 
 
 def release_run(run_id: str) -> bool:
-    """Remove our run's claim, leaving first the record of the GPU time it held
-    (recentuse.py), which the fair queue weighs."""
-    from tfctl.remote.agent.recentuse import record_use
-
     me = user_name(os.getuid()) or str(os.getuid())
-    name = claim_file_name(me, "run", run_id)
-    found = read_owned(os.path.join(claims_dir(), name), me, MAX_CLAIM_BYTES)
-    if isinstance(found, Owned):
-        with contextlib.suppress(ValueError, UnicodeDecodeError):
-            record_use(run_id, parse_claim(json.loads(found.data.decode("utf-8"))))
-    return remove_claim(name)
+    return remove_claim(claim_file_name(me, "run", run_id))
 
 
 def process_since(pid: int) -> float | None:

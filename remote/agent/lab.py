@@ -31,7 +31,7 @@ from tfctl.remote.agent.claims import (
 )
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.jsonfile import read_json, write_json
-from tfctl.remote.agent.policy import read_policy, reserve_refusal
+from tfctl.remote.agent.policy import read_policy
 from tfctl.remote.agent.proc import cmdline, proc_stat, proc_tags, proc_uid, user_name
 from tfctl.remote.agent.rundir import expand
 from tfctl.remote.agent.vocab import (
@@ -372,9 +372,6 @@ def op_reserve(req: ReserveRequest) -> ReserveAnswer:
                          f"{_reserved_until(c['until'])}{said}",
                          user=c["user"], until=c["until"], gpu=g)
     now_s = time.time()
-    refusal = _policy_refusal(req, found, gpus, until - now_s)
-    if refusal is not None:
-        raise AgentError("policy_limit", refusal)
     for g in gpus:
         record = {"run_id": None, "job": None, "host": req.host, "since": now_s,
                   "until": until, "note": None if note is None else str(note)[:200],
@@ -387,29 +384,6 @@ def op_reserve(req: ReserveRequest) -> ReserveAnswer:
     held = [{"gpu": g, "user": c["user"], "run_id": c["run_id"], "kind": c["kind"],
              "until": c["until"]} for g in gpus for c in theirs if g in c["gpus"]]
     return ReserveAnswer(tuple(gpus), until, note, tuple(held), found.me, found.warnings)
-
-
-def _policy_refusal(req: ReserveRequest, found: ClaimsAnswer, gpus: list[int],
-                    for_s: float) -> str | None:
-    """Why the lab policy's limits refuse this reservation (policy.py `reserve_refusal`): our
-    GPUs held here (live claims, less those this one replaces) and elsewhere
-    (`held_elsewhere`, counted by the client over the inventory's other hosts)."""
-    from tfctl.remote.agent.tickets import read_tickets
-
-    policy = read_policy().get("policy")
-    if not policy or not policy.get("limits"):
-        return None
-    me = os.getuid()
-    here: set[Any] = set()
-    for c in found.claims:
-        if c["uid"] == me and c["state"] == "live":
-            here.update(g for g in c["gpus"] if g not in gpus or c["kind"] == "run")
-    queue, _ = read_tickets(time.time())
-    waiting = next((f"{t['user']}'s {t['id']}" for t in queue
-                    if t["state"] == "waiting" and t["uid"] != me), None)
-    user = found.me.user if found.me is not None and found.me.user else str(me)
-    return reserve_refusal(policy, for_s, user, len(here) + int(req.held_elsewhere or 0),
-                           len(gpus), waiting)
 
 
 def op_release(req: ReleaseRequest) -> ReleaseAnswer:

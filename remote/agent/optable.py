@@ -29,7 +29,7 @@ from tfctl.remote.agent.hostops import (
     op_put_files,
     op_sync_diff,
 )
-from tfctl.remote.agent.lab import op_claims, op_lab, op_lab_policy, op_release, op_reserve
+from tfctl.remote.agent.lab import op_claims, op_lab, op_lab_policy, op_release
 from tfctl.remote.agent.lost import op_restart_lost
 from tfctl.remote.agent.runops import (
     op_finish,
@@ -41,7 +41,12 @@ from tfctl.remote.agent.runops import (
     op_stop,
     op_wait_ports,
 )
-from tfctl.remote.agent.tickets import op_gpu_state, op_ticket_drop, op_ticket_put
+from tfctl.remote.agent.tickets import (
+    op_gpu_state,
+    op_reserve_in_policy,
+    op_ticket_drop,
+    op_ticket_put,
+)
 from tfctl.remote.agent.up import op_up_check, op_up_go, op_up_mark
 from tfctl.remote.agent.vocab import (
     ClaimsRequest,
@@ -104,7 +109,7 @@ OPS: dict[str, tuple[Callable[[Any], Wire], type[Wire]]] = {
     "lab": (op_lab, LabRequest),
     "lab_policy": (op_lab_policy, LabPolicyRequest),
     "claims": (op_claims, ClaimsRequest),
-    "reserve": (op_reserve, ReserveRequest),
+    "reserve": (op_reserve_in_policy, ReserveRequest),
     "release": (op_release, ReleaseRequest),
     "gpu_state": (op_gpu_state, GpuStateRequest),
     "ticket_put": (op_ticket_put, TicketRequest),

@@ -18,14 +18,20 @@ its start, or in the future, counts nothing (a clock that jumped gives no negati
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from typing import Any
 
 from tfctl.remote.agent.claims import (
+    MAX_CLAIM_BYTES,
+    Owned,
     claim_file_name,
     claims_dir,
+    parse_claim,
     read_folder,
+    read_owned,
+    release_run,
     remove_claim,
     write_claim,
 )
@@ -99,6 +105,18 @@ def record_use(run_id: str, claim: dict[str, Any], now_s: float | None = None,
         for record in records:
             if record["user"] == me and now_s - record["until"] > KEEP_USE_S:
                 remove_claim(record["file"], folder)
+
+
+def release_run_counted(run_id: str) -> bool:
+    """Remove our run's claim (claims.py `release_run`), leaving first the record of the GPU
+    time it held, which the fair queue weighs."""
+    me = user_name(os.getuid()) or str(os.getuid())
+    found = read_owned(os.path.join(claims_dir(), claim_file_name(me, "run", run_id)), me,
+                       MAX_CLAIM_BYTES)
+    if isinstance(found, Owned):
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            record_use(run_id, parse_claim(json.loads(found.data.decode("utf-8"))))
+    return release_run(run_id)
 
 
 def use_file_name(user: str, run_id: str) -> str:

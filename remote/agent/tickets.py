@@ -27,14 +27,16 @@ import os
 import time
 from typing import Any
 
-from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_folder
-from tfctl.remote.agent.lab import gpu_state_now
-from tfctl.remote.agent.policy import read_policy
+from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_claims, read_folder
+from tfctl.remote.agent.lab import gpu_state_now, op_reserve
+from tfctl.remote.agent.policy import read_policy, reserve_refusal
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.recentuse import recent_use
 from tfctl.remote.agent.vocab import (
     GpuState,
     GpuStateRequest,
+    ReserveAnswer,
+    ReserveRequest,
     TicketDropAnswer,
     TicketPutAnswer,
     TicketRequest,
@@ -179,3 +181,33 @@ def op_gpu_state(req: GpuStateRequest) -> GpuState:
                                         ticket_warnings=warnings, queue_rule=rule,
                                         limits=policy.get("limits"), recent_use=use))
     return state
+
+
+def others_waiting(uid: int) -> str | None:
+    """The first job of another user than `uid` waiting in this host's queue (`bob's q-…`),
+    or None: what the lab policy's limits weigh."""
+    queue, _ = read_tickets(time.time())
+    return next((f"{t['user']}'s {t['id']}" for t in queue
+                 if t["state"] == "waiting" and t["uid"] != uid), None)
+
+
+def op_reserve_in_policy(req: ReserveRequest) -> ReserveAnswer:
+    """Op `reserve` (lab.py `op_reserve`) within the lab policy's limits (policy.py
+    `reserve_refusal`): our GPUs held here (live claims, less those this one replaces) and on
+    the inventory's other hosts (`held_elsewhere`, counted by the client); AgentError of kind
+    `policy_limit` with its one sentence otherwise."""
+    policy = read_policy().get("policy")
+    if policy and policy.get("limits"):
+        me, gpus = os.getuid(), [int(g) for g in req.gpus or ()]
+        claims, _ = read_claims()
+        here: set[Any] = set()
+        for c in claims:
+            if c["uid"] == me and c["state"] == "live":
+                here.update(g for g in c["gpus"] if c["kind"] == "run" or g not in gpus)
+        refusal = reserve_refusal(policy, float(req.until_s or 0) - time.time(),
+                                  user_name(me) or str(me),
+                                  len(here) + int(req.held_elsewhere or 0), len(gpus),
+                                  others_waiting(me))
+        if refusal is not None:
+            raise AgentError("policy_limit", refusal)
+    return op_reserve(req)

@@ -34,11 +34,13 @@ from tfctl.remote.agent.freeports import release, taken_since
 from tfctl.remote.agent.hostops import choose_from, port_states
 from tfctl.remote.agent.jsonfile import now, write_json
 from tfctl.remote.agent.netroute import hostname_addresses
+from tfctl.remote.agent.policy import read_policy
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of
 from tfctl.remote.agent.runops import op_prepare, op_status, start_states
 from tfctl.remote.agent.supervisor import launch_tasks
 from tfctl.remote.agent.sync import sync_diff
+from tfctl.remote.agent.tickets import others_waiting
 from tfctl.remote.agent.vocab import (
     ClaimsAnswer,
     HostUser,
@@ -86,17 +88,10 @@ def op_up_check(req: UpCheckRequest) -> UpCheck:
 
 def _limits_here() -> tuple[dict[str, Any] | None, str | None]:
     """The lab policy's limits on this host, and another user's waiting job in its queue."""
-    import time
-
-    from tfctl.remote.agent.policy import read_policy
-    from tfctl.remote.agent.tickets import read_tickets
-
     limits = (read_policy().get("policy") or {}).get("limits")
     if not limits:
         return None, None
-    queue, _ = read_tickets(time.time())
-    return limits, next((f"{t['user']}'s {t['id']}" for t in queue
-                         if t["state"] == "waiting" and t["uid"] != os.getuid()), None)
+    return limits, others_waiting(os.getuid())
 
 
 def setup_cached(workdir: str, digest: str, inputs: list[str]) -> dict[str, Any]:
