@@ -131,9 +131,12 @@ def test_fair_order_starts_the_user_with_less_recent_use_first(
         second = ALICE if first == BOB else BOB
         assert line == [(1, first, ids[first]), (2, second, ids[second])], listed
         shown = tfctl(theirs, "queue", env=bob_env).stdout
-        if order == "fair":  # each place and why: the user's share of the recent use
-            assert f"fair: {BOB} used 0.10 GPU-h recently" in shown, shown
-            assert f"fair: {ALICE} used 7.9" in shown, shown
+        if order == "fair":  # each place and why: the user's share of the recent use, a day
+            # ago at a half-life of 3 days counting 2 ** (-1/3) = 0.79 of the hours
+            assert f"(fair: {BOB} used 0.08 GPU-h recently, 1 % of the recent use here)" \
+                in shown, shown
+            assert f"(fair: {ALICE} used 6.35 GPU-h recently, 99 % of the recent use here)" \
+                in shown, shown
         assert _run_claims(testbed, "h1") == []
 
         os.kill(carol, signal.SIGKILL)  # a GPU frees

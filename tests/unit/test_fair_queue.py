@@ -19,6 +19,7 @@ from tfctl.remote.agent.policy import (
     parse_policy_parts,
     policy_words,
     read_policy,
+    reserve_refusal,
 )
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.lab.place import HostFree
@@ -222,3 +223,38 @@ def test_a_bad_rule_is_named_with_its_line_and_the_rest_applies(
     assert reading["ignored"] is None and sorted(reading["policy"]) == kept
     assert reading["problems"] == [f"the lab policy {path}: line {line}: {problems[0].why} "
                                    "(that rule is left out; the rest applies)"]
+
+
+@pytest.mark.parametrize("limits, for_s, held, wanted, waiting, said", [
+    (None, 3 * DAY, 9, 9, "bob's q-1", None),
+    ({"gpus_per_user": None, "max_reserve_s": 8 * 3600.0, "exceed_when_nobody_waits": True},
+     3 * DAY, 0, 1, None, "the lab's policy lets a reservation last at most 8h, not 3d"),
+    ({"gpus_per_user": 2, "max_reserve_s": None, "exceed_when_nobody_waits": True},
+     DAY, 1, 1, "bob's q-1", None),
+    ({"gpus_per_user": 2, "max_reserve_s": None, "exceed_when_nobody_waits": True},
+     DAY, 2, 1, None, None),
+    ({"gpus_per_user": 2, "max_reserve_s": None, "exceed_when_nobody_waits": True},
+     DAY, 2, 1, "bob's q-1",
+     "the lab's limit is 2 GPUs per user and alice holds 2: 1 more must wait while bob's q-1 "
+     "waits"),
+    ({"gpus_per_user": 2, "max_reserve_s": None, "exceed_when_nobody_waits": False},
+     DAY, 1, 2, None, "the lab's limit is 2 GPUs per user and alice holds 1: 2 more must wait"),
+])
+def test_a_reservation_under_the_limits(limits: dict[str, object] | None, for_s: float,
+                                        held: int, wanted: int, waiting: str | None,
+                                        said: str | None) -> None:
+    policy = None if limits is None else {"limits": limits}
+    assert reserve_refusal(policy, for_s, "alice", held, wanted, waiting) == said
+
+
+def test_releasing_a_run_keeps_its_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TFCTL_CLAIMS_DIR", str(tmp_path / "claims"))
+    now = time.time()
+    write_claim("run", "20261129-010000-ab12", {"run_id": "20261129-010000-ab12",
+                                               "since": now - 1800.0, "gpus": [0, 1]})
+    assert recentuse.release_run_counted("20261129-010000-ab12")
+    assert not (tmp_path / "claims" / claim_file_name(ME, "run", "20261129-010000-ab12")).exists()
+    (record,), _ = recentuse.read_use()
+    assert record["gpu_s"] == pytest.approx(2 * 1800.0, abs=20)
+    assert not recentuse.release_run_counted("20261129-010000-ab12")  # gone: nothing more
+    assert len(recentuse.read_use()[0]) == 1
