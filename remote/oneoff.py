@@ -62,9 +62,10 @@ def hosts_inventory(inv: Inventory, hosts: Sequence[str]) -> Inventory:
 
 
 def place(fleet: Fleet, inv: Inventory, ticket_id: str, gpus_each: int, count: int,
-          hosts: Sequence[str]) -> tuple[Placement, list[HostView]]:
-    """Where `count` points go now (looked at once), and the look."""
-    views = look(fleet, ticket_id, hosts)
+          hosts: Sequence[str], lab: Fleet | None = None) -> tuple[Placement, list[HostView]]:
+    """Where `count` points go now (looked at once), and the look (`lab`: a fleet of the whole
+    inventory, where `fleet` has only `hosts`: look.py)."""
+    views = look(fleet, ticket_id, hosts, lab)
     return place_points(gpus_each, count, ticket_id, views, allowed_gpus(inv, hosts)), views
 
 

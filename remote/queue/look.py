@@ -18,11 +18,14 @@ from tfctl.remote.queue.tickets import tickets_of
 from tfctl.remote.queue.turn import HostView
 
 
-def look(fleet: Fleet, ticket_id: str | None, hosts: Sequence[str]) -> list[HostView]:
+def look(fleet: Fleet, ticket_id: str | None, hosts: Sequence[str],
+         whole: Fleet | None = None) -> list[HostView]:
     """Each of `hosts` as it is now: its GPUs as placement sees them, every user's tickets, our
     uid, and our ticket `ticket_id` refreshed (None: only looking, `tfctl queue`); a host that
     does not answer, with why. Each view's `held` counts every user's GPUs over all of the
-    inventory's hosts where a host's policy limits GPUs per user (their claims are read too)."""
+    inventory's hosts where a host's policy limits GPUs per user (their claims are read too,
+    through `whole` where given: a fleet of the whole inventory, when `fleet` has only some of
+    its hosts)."""
     names = list(hosts)
     found = fleet.map(lambda t: agentops.gpu_state(t, beat=ticket_id, tickets=True), names)
     views = []
@@ -45,9 +48,10 @@ def look(fleet: Fleet, ticket_id: str | None, hosts: Sequence[str]) -> list[Host
                                   limits.get("exceed_when_nobody_waits", True))))
     answers: list[ClaimsAnswer] = list(found.succeeded.values())
     if any(v.gpus_per_user is not None for v in views):  # the limit holds over every host
-        others = [h.name for h in fleet.inventory.hosts if h.name not in names]
+        every = whole or fleet
+        others = [h.name for h in every.inventory.hosts if h.name not in names]
         if others:
-            answers += list(fleet.map(agentops.claims, others).succeeded.values())
+            answers += list(every.map(agentops.claims, others).succeeded.values())
     held = held_by_user(answers)
     return [dataclasses.replace(v, held=held) for v in views]
 

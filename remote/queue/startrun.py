@@ -98,7 +98,8 @@ def start_run(inv: Inventory, origin: Origin, found: Sequence[Point], gpus_each:
     client = origin.client()
     say = say or on_event
     placement = None
-    with RunController(hosts_inventory(inv, hosts), origin.ssh) as prep:
+    with RunController(hosts_inventory(inv, hosts), origin.ssh) as prep, \
+            Fleet(inv, origin.ssh) as lab:  # opened only where a limit counts the other hosts
         prep.setup(UpOptions(sync=sync), on_event, hooks=hooks)
         fleet = prep.fleet
         if gpus_each == 0:
@@ -109,7 +110,7 @@ def start_run(inv: Inventory, origin: Origin, found: Sequence[Point], gpus_each:
                 say(f"warning: {h}: cannot queue there, so no point goes there now: {why}")
             try:
                 placement, listed = _placed(fleet, inv, ticket, gpus_each, len(found), hosts,
-                                            say)
+                                            say, lab)
                 too_many = too_many_gpus(inv, gpus_each, listed, host)
                 if too_many:
                     raise RunRefused(too_many, usage=True)
@@ -142,7 +143,8 @@ def start_run(inv: Inventory, origin: Origin, found: Sequence[Point], gpus_each:
 
 
 def _placed(fleet: Fleet, inv: Inventory, ticket: str, gpus_each: int, count: int,
-            hosts: list[str], say: Say) -> tuple[Placement, dict[str, int]]:
+            hosts: list[str], say: Say, lab: Fleet | None = None
+            ) -> tuple[Placement, dict[str, int]]:
     """Where the points go now; while only other users' `run`s that are starting hold them
     back, looked at again until those are gone (START_WAIT_S at most)."""
     from tfctl.remote.oneoff import place
@@ -150,7 +152,7 @@ def _placed(fleet: Fleet, inv: Inventory, ticket: str, gpus_each: int, count: in
     deadline = time.monotonic() + START_WAIT_S
     told = False
     while True:
-        placement, views = place(fleet, inv, ticket, gpus_each, count, hosts)
+        placement, views = place(fleet, inv, ticket, gpus_each, count, hosts, lab)
         listed = {v.host: len(v.listed) for v in views if v.free.error is None}
         if len(placement.taken) == count or not placement.only_starting_ahead \
                 or time.monotonic() > deadline:

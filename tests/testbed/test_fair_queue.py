@@ -183,10 +183,18 @@ def test_a_user_at_the_limit_waits_while_another_users_job_waits(
         refused = tfctl(mine, "run", "--host", "h2", "--", "python", "hold.py", "1",
                         env=alice_env)
         assert refused.returncode != 0
-        assert refused.stderr.startswith(
+        errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+        assert errors == [  # one sentence: the limit, and alice's GPUs over both hosts
             f"error: the lab's limit is 2 GPUs per user and {ALICE} holds 2: 1 more must wait "
-            f"while {BOB}'s {bob_sweep} waits"), refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+            f"while {BOB}'s {bob_sweep} waits (`tfctl run --when-free` waits for its turn)"
+        ], refused.stderr
+        assert "Traceback" not in refused.stderr
+        alice_sweep = queued[0][2]["sweep"]  # type: ignore[index]
+        # her queued one, older than bob's, stands aside and says why
+        said = wait_until("alice's queued job names the limit", lambda: "the lab's limit is 2 "
+                          f"GPUs per user and {ALICE} holds 2" in (_record(
+                              alice_env, alice_sweep)["why"] or ""), 60)
+        assert said
 
         os.kill(carol[1], signal.SIGKILL)  # h2's GPU 1 frees
         owners = wait_until("a queued job started on h2",
@@ -194,7 +202,6 @@ def test_a_user_at_the_limit_waits_while_another_users_job_waits(
         assert owners == [BOB]
         time.sleep(3)
         assert _run_claims(testbed, "h2") == [BOB]
-        alice_sweep = queued[0][2]["sweep"]  # type: ignore[index]
         assert _record(alice_env, alice_sweep)["state"] == "waiting"
     finally:
         _stop(queued)
