@@ -477,8 +477,8 @@ def limit_words(limit: int, user: str, held: int, wanted: int, waiting: str | No
     """The sentence of a request over the GPUs per user: `the lab's limit is 2 GPUs per user
     and alice holds 2: 1 more must wait while bob's q-… waits`; pure."""
     also = f" while {waiting} waits" if waiting else ""
-    return (f"the lab's limit is {limit} GPUs per user and {user} holds {held}: {wanted} more "
-            f"must wait{also}")
+    return (f"the lab's limit is {limit} GPU{'s' if limit != 1 else ''} per user and {user} "
+            f"holds {held}: {wanted} more must wait{also}")
 
 
 def reserve_refusal(policy: dict[str, Any] | None, for_s: float, user: str, held: int,
@@ -490,7 +490,7 @@ def reserve_refusal(policy: dict[str, Any] | None, for_s: float, user: str, held
     longest = limits.get("max_reserve_s")
     if longest is not None and for_s > longest + 60:  # a minute for the clocks and the ride
         return (f"the lab's policy lets a reservation last at most {duration_words(longest)}, "
-                f"not {duration_words(for_s)}")
+                f"not {duration_words(round(for_s / 60) * 60)}")
     limit = limits.get("gpus_per_user")
     if limit is None or held + wanted <= limit:
         return None

@@ -88,8 +88,9 @@ def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,
                           for g in c.gpus})
             for hc in found}
 
-    def one(t: Transport) -> ReserveAnswer:
-        elsewhere = sum(n for h, n in mine.items() if h != t.host.name)
+    def one(t: Transport) -> ReserveAnswer:  # held there, and asked of there by this command
+        elsewhere = sum(n for h, n in mine.items() if h != t.host.name) + sum(
+            len(g) for h, g in targets.items() if h != t.host.name)
         return agentops.reserve(t, targets[t.host.name], until_s, note, force, elsewhere)
 
     return fleet.map(one, list(targets))

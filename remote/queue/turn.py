@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tfctl.remote.agent.policy import limit_words
 from tfctl.remote.lab.place import HostFree
 from tfctl.remote.queue.tickets import Ticket, Want, overlaps
 
@@ -111,9 +112,8 @@ class Reason:
             return self.error
         if self.hold is Hold.OVER_LIMIT:
             other = self.ahead[0] if self.ahead else None
-            waiting = f" while {other.user}'s {other.id} waits" if other else ""
-            return (f"the lab's limit is {self.limit} GPUs per user and {self.user} holds "
-                    f"{self.held}: {self.wanted} more must wait{waiting}")
+            return limit_words(self.limit, self.user, self.held, self.wanted,
+                               f"{other.user}'s {other.id}" if other else None)
         if self.hold is Hold.TOO_FEW:
             return (f"{self.free_count} free GPUs of {self.wanted} wanted ("
                     f"{'; '.join(self.taken) or 'none listed'})")

@@ -210,3 +210,33 @@ def test_a_user_at_the_limit_waits_while_another_users_job_waits(
         for pid in carol:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_reserve_keeps_to_the_longest_reservation_and_the_limit_over_hosts(
+        shared_testbed: Testbed, lab_policy: Callable[[str, str], None],
+        tmp_path: Path) -> None:
+    testbed = shared_testbed
+    alice = testbed.users[ALICE]
+    for host in ("h1", "h2"):
+        lab_policy(host, "limits: {gpus_per_user: 1, max_reserve: 8h, "
+                         "exceed_when_nobody_waits: false}\n")
+    mine, env = _client(testbed, alice, tmp_path / "alice", {"h1": [0, 1], "h2": [0, 1]})
+    try:
+        too_long = tfctl(mine, "reserve", "h1:0", "--for", "1d", env=env)
+        assert too_long.returncode != 0
+        assert "the lab's policy lets a reservation last at most 8h, not 1d" in too_long.stderr
+        both = tfctl(mine, "reserve", "h1:0", "h2:0", "--for", "1h", env=env)
+        assert both.returncode != 0  # 2 GPUs over the two hosts: all or nothing
+        assert f"the lab's limit is 1 GPU per user and {ALICE} holds 1: 1 more must wait" \
+            in both.stderr, both.stderr
+        assert not list(testbed.claims_dir("h1").glob("*.reservation.*")) + list(
+            testbed.claims_dir("h2").glob("*.reservation.*"))
+        one = tfctl(mine, "reserve", "h1:0", "--for", "1h", env=env)
+        assert one.returncode == 0, one.stdout + one.stderr
+        other = tfctl(mine, "reserve", "h2:1", "--for", "1h", env=env)  # counts h1's
+        assert other.returncode != 0
+        assert [line for line in other.stderr.splitlines() if line.startswith("error:")] == [
+            f"error: h2: the lab's limit is 1 GPU per user and {ALICE} holds 1: 1 more must "
+            "wait"], other.stderr
+    finally:
+        tfctl(mine, "release", "h1:0", "h2:0", env=env)
