@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tfctl.inventory import make_plan, parse_inventory
 from tfctl.remote.agent import recentuse
 from tfctl.remote.agent.claims import claim_file_name, write_claim
 from tfctl.remote.agent.policy import (
@@ -22,10 +23,13 @@ from tfctl.remote.agent.policy import (
     reserve_refusal,
 )
 from tfctl.remote.agent.proc import user_name
+from tfctl.remote.agent.vocab import ClaimsAnswer, HostUser, UpCheck
+from tfctl.remote.errors import OverLimit
 from tfctl.remote.lab.place import HostFree
 from tfctl.remote.queue.points import place_points
 from tfctl.remote.queue.tickets import Ticket, Want
 from tfctl.remote.queue.turn import Hold, HostView, host_turn, line_of, queue_key, usable
+from tfctl.remote.runs.up.check import judge_limit
 
 ME = user_name(os.getuid()) or str(os.getuid())
 DAY = 86400.0
@@ -258,3 +262,40 @@ def test_releasing_a_run_keeps_its_use(tmp_path: Path, monkeypatch: pytest.Monke
     assert record["gpu_s"] == pytest.approx(2 * 1800.0, abs=20)
     assert not recentuse.release_run_counted("20261129-010000-ab12")  # gone: nothing more
     assert len(recentuse.read_use()[0]) == 1
+
+
+# ---------------------------------------------------------------- up's limit (pure)
+
+def _up_check(claims: list[dict[str, object]], limits: dict[str, object] | None,
+              waiting: str | None) -> UpCheck:
+    return UpCheck(claims=ClaimsAnswer(HostUser(1, "alice"), tuple(claims)), limits=limits,
+                   waiting=waiting)
+
+
+@pytest.mark.parametrize("held, limits, waiting, refused", [
+    ([], {"gpus_per_user": 2}, "bob's q-1", None),              # 0 + 2 GPUs: at the limit
+    ([1], {"gpus_per_user": 2}, "bob's q-1",                     # our reservation of GPU 1
+     None),                                                      # is the plan's: counted once
+    ([5], {"gpus_per_user": 2}, None, None),                    # over, nobody waits
+    ([5], {"gpus_per_user": 2, "exceed_when_nobody_waits": False}, None,
+     "a: the lab's limit is 2 GPUs per user and alice holds 1: 2 more must wait "
+     "(`tfctl up --when-free` waits for its turn)"),
+    ([5], {"gpus_per_user": 2}, "bob's q-1",
+     "a: the lab's limit is 2 GPUs per user and alice holds 1: 2 more must wait while bob's "
+     "q-1 waits (`tfctl up --when-free` waits for its turn)"),
+    ([5], None, "bob's q-1", None),                              # no limit there
+])
+def test_up_refuses_a_plan_over_the_limit(held: list[int], limits: dict[str, object] | None,
+                                          waiting: str | None, refused: str | None) -> None:
+    plan = make_plan(parse_inventory(  # type: ignore[arg-type]
+        "name: t\nhosts: [{name: a, gpus: [0, 1]}, {name: b, gpus: 0, ps: 0}]\n"
+        "job: {script: t.py}\n"))
+    claims = [{"uid": 1, "state": "live", "gpus": [g], "kind": "reservation"} for g in held]
+    claims.append({"uid": 2, "state": "live", "gpus": [7], "kind": "run"})  # bob's: not ours
+    checks = {"a": _up_check(claims, limits, waiting), "b": _up_check([], None, None)}
+    if refused is None:
+        judge_limit(plan, checks)
+    else:
+        with pytest.raises(OverLimit) as caught:
+            judge_limit(plan, checks)
+        assert str(caught.value) == refused
