@@ -52,6 +52,7 @@ from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
+from tfctl.remote.agent.ledger import RunLedger
 from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
@@ -97,6 +98,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
     speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
                            recorder.started)
     recorder.start()
+    ledger = RunLedger(run_dir, run_id, manifest, recorder.started)  # GPU use, ledger.py
+    ledger.start()
     stopped = told = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed)
@@ -116,6 +119,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
         speed.tick()
         recorder.stop()
         clear_silence(run_dir)
+        ledger.stop()  # the run's last seconds counted before its claim goes
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
         if stopped and not told and os.path.exists(os.path.join(run_dir, UP_MARK)):
             # (no up mark: a rollback, the `up`'s own failure, said at its terminal)

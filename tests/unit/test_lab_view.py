@@ -148,14 +148,14 @@ def test_targets() -> None:
 # ---------------------------------------------------------------- the host side, pure
 
 def test_nvidia_smi_lines_are_read_plainly() -> None:
-    gpus = parse_gpu_lines("0, GPU-a, 1505, 12288, 97, NVIDIA TITAN X (Pascal)\n"
-                           "1, GPU-b, [N/A], 4096, [Not Supported], GeForce, GTX 970\n"
-                           "Failed to initialize NVML\n")
+    gpus = parse_gpu_lines("0, GPU-a, 1505, 12288, 97, 212.5, NVIDIA TITAN X (Pascal)\n"
+                           "1, GPU-b, [N/A], 4096, [Not Supported], [Not Supported], GeForce, "
+                           "GTX 970\nFailed to initialize NVML\n")
     assert gpus == [
         {"index": 0, "uuid": "GPU-a", "memory_used_mib": 1505.0, "memory_total_mib": 12288.0,
-         "utilization_pct": 97.0, "name": "NVIDIA TITAN X (Pascal)"},
+         "utilization_pct": 97.0, "power_w": 212.5, "name": "NVIDIA TITAN X (Pascal)"},
         {"index": 1, "uuid": "GPU-b", "memory_used_mib": None, "memory_total_mib": 4096.0,
-         "utilization_pct": None, "name": "GeForce, GTX 970"}]
+         "utilization_pct": None, "power_w": None, "name": "GeForce, GTX 970"}]
     assert parse_app_lines("GPU-a, 4242, 1500\nNo running processes found\n") == [
         {"gpu_uuid": "GPU-a", "pid": 4242, "used_memory_mib": 1500.0}]
 

@@ -55,7 +55,7 @@ def lab_table(hosts: Sequence[HostLab]) -> RenderableType:
                          no_wrap=col in ("host", "gpu", "state", "util", "mem"))
     for found in hosts:
         for row in found.rows:
-            cells = row_cells(row)
+            cells = row_cells(row, found.week_shares)
             table.add_row(row.host, "–" if row.index is None else str(row.index),
                           Text(cells["state"], style=STATE_STYLE[row.state]), cells["who"],
                           cells["what"], cells["since"], cells["util"], cells["mem"],
@@ -68,7 +68,7 @@ def lab_table(hosts: Sequence[HostLab]) -> RenderableType:
 def lab_json(hosts: Sequence[HostLab]) -> list[dict[str, Any]]:
     from tfctl.remote.lab.view import row_json
 
-    return [row_json(row) for found in hosts for row in found.rows]
+    return [row_json(row, found.week_shares) for found in hosts for row in found.rows]
 
 
 @click.command()

@@ -65,6 +65,8 @@ from tfctl.remote.agent.vocab import (
     UpCheckRequest,
     UpGo,
     UpGoRequest,
+    UsageAnswer,
+    UsageRequest,
     WaitPortsAnswer,
     WaitPortsRequest,
 )
@@ -78,7 +80,7 @@ __all__ = ["ClaimsAnswer", "ConnectResult", "FinishAnswer", "GpuState", "LaunchA
            "ListenAnswer", "LogChunk", "PortState", "ProbeAnswer", "PutAnswer", "ReleaseAnswer",
            "ReserveAnswer", "RestartLostAnswer", "RunRecord", "StartState", "StatusAnswer",
            "StopAnswer", "SyncDiff", "TaskPid", "TaskRecord", "TicketDropAnswer",
-           "TicketPutAnswer", "UpCheck", "UpGo"]
+           "TicketPutAnswer", "UpCheck", "UpGo", "UsageAnswer"]
 
 
 def _call(t: Transport, op: str, request: Wire, timeout_s: float | None = 60.0) -> Any:
@@ -248,6 +250,12 @@ def lab(t: Transport, workdir: str, sample_s: float | None = None,
     `remote.lab.view`. `sample_s`: how often the host's idle sampler samples."""
     return GpuState.from_wire(_call(t, "lab", LabRequest(workdir, sample_s, linger_s),
                                     timeout_s=90))
+
+
+def usage(t: Transport, since_s: float) -> UsageAnswer:
+    """What the host's GPUs were used for since `since_s`, every user's (op `usage`,
+    remote/agent/ledger.py): a row per user, run or process, GPU and hour."""
+    return UsageAnswer.from_wire(_call(t, "usage", UsageRequest(since_s), timeout_s=90))
 
 
 def claims(t: Transport) -> ClaimsAnswer:
