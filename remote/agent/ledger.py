@@ -68,6 +68,9 @@ LEDGER_FRESH_S = 5.0
 LEDGER_HOUR = 3600
 LEDGER_MINUTE = 60
 LEDGER_WEEK_S = 7 * 86400.0
+LEDGER_KEEP_S = 400 * 86400.0
+"""Our own ledger files not written for this long are removed by our next writer (a year of
+`usage --since` and some), so the folder does not grow for ever."""
 
 
 def ledger_idle_pct() -> float:
@@ -104,6 +107,22 @@ def ledger_write(kind: str, ident: str, record: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def ledger_sweep_own(now_s: float, folder: str | None = None) -> list[str]:
+    """Remove our own ledger files last written more than LEDGER_KEEP_S ago; their names.
+    Only files whose owner is us (the sticky bit would refuse the others anyway)."""
+    folder = folder or ledger_dir()
+    removed = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid == os.getuid() and stat.S_ISREG(st.st_mode) \
+                        and entry.name.endswith(".json") and st.st_mtime < now_s - LEDGER_KEEP_S:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+    return removed
 
 
 # ---------------------------------------------------------------- reading (other users' data)
@@ -309,6 +328,7 @@ class RunLedger:
         self.write()
 
     def _loop(self) -> None:
+        ledger_sweep_own(time.time())
         while not self.done.wait(LEDGER_TICK_S):
             try:
                 self.tick(time.monotonic(), time.time())
@@ -422,6 +442,7 @@ class SeenLedger:
         day = time.strftime("%Y%m%d", time.gmtime(t))
         if day != self.day:
             self.day, self.procs = day, self._load(day)
+            ledger_sweep_own(t)
         by_uuid = {g["uuid"]: g for g in gpus}
         minute = str(int(t // LEDGER_MINUTE))
         for app in apps:

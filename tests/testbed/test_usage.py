@@ -27,7 +27,12 @@ from tests.support.testbedtools import (
     wait_until,
 )
 
-SCRIPT = "import sys, time\ntime.sleep(float(sys.argv[1]))\n"
+SCRIPT = ("import os, sys, time\n"
+          "if 'TFCTL_TEST_GPU_UTIL' not in os.environ:  # the stand-in reads it from /proc\n"
+          "    os.execve(sys.executable, [sys.executable, *sys.argv],\n"
+          "              {**os.environ, 'TFCTL_TEST_GPU_UTIL': '2'})\n"
+          "time.sleep(float(sys.argv[1]))\n")
+"""`python hold.py SECONDS`: holds its GPUs SECONDS, declaring 2 % utilization (idle)."""
 HOLD_S = 15
 
 
@@ -42,8 +47,8 @@ def test_a_runs_gpu_seconds_and_idle_share_are_counted_exactly(
                                       gpus={"h1": [0, 1]}, ps={"h1": 0})
     (inv.parent / "hold.py").write_text(SCRIPT)
     # the run's process declares 2 % utilization: both its GPUs are held idle (under 5 %)
-    said = _json(tfctl(inv, "run", "--gpus", "2", "--json", "--", "env", "TFCTL_TEST_GPU_UTIL=2",
-                       "python", "hold.py", str(HOLD_S)))
+    said = _json(tfctl(inv, "run", "--gpus", "2", "--json", "--", "python", "hold.py",
+                       str(HOLD_S)))
     run_id = said["run_id"]
     waited = tfctl(inv, "wait", "--run", run_id, "--timeout", "120")
     assert waited.returncode == 0, waited.stdout + waited.stderr

@@ -76,6 +76,20 @@ def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
                                    "task": None, "low_util_s": 1800.0, "idle": True}]
 
 
+def test_each_users_share_of_the_week_is_said_beside_their_gpus() -> None:
+    from tfctl.remote.lab.view import unreachable, with_shares
+    from tfctl.tui.app.labview import lab_cells
+
+    answer = _answer(week_held={"alice": [2700.0, 0.0], "carol": [900.0, 900.0]})
+    hosts = with_shares([host_lab("titan", answer), unreachable("gtx", "timed out")])
+    assert hosts[0].week_shares == {"alice": 0.75, "carol": 0.25}
+    run, reserved, _, notebook = (row_cells(r, hosts[0].week_shares) for r in hosts[0].rows)
+    assert run["who"] == "alice (75 % this week)" and notebook["who"] == "carol (25 % this week)"
+    assert reserved["who"] == "bob"  # no use recorded this week: no share said
+    assert row_json(hosts[0].rows[0], hosts[0].week_shares)["week_share"] == {"alice": 0.75}
+    assert lab_cells(hosts[0])[3][3] == "carol (25 % this week)"  # the dashboard's lab view
+
+
 def test_idle_needs_the_threshold_and_a_recent_sample() -> None:
     short = host_lab("titan", _answer(), idle_after_s=3600).rows[3].holders[0]
     assert (short.low_util_s, short.idle) == (1800.0, False)

@@ -169,6 +169,11 @@ def test_a_file_in_another_users_name_or_a_link_is_skipped(claims_dir: Path,
     old = time.time() - 30 * 86400  # a file last written before the window is not opened
     os.utime(mine, (old, old))
     assert ledger.ledger_read(time.time() - 86400)[0] == []
+    ancient = time.time() - ledger.LEDGER_KEEP_S - 60  # kept a year and more, then swept
+    for path in (mine, forged):
+        os.utime(path, (ancient, ancient), follow_symlinks=False)
+    assert ledger.ledger_sweep_own(time.time()) == [mine.name]  # never another owner's file
+    assert forged.exists()
 
 
 # ---------------------------------------------------------------- the sums (client side)

@@ -87,8 +87,8 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
     A GPU is held by a tfctl run (any user's: user, run, job, since, task) or by any other
     process (user, pid, command, memory, since); reserved by `tfctl reserve` (who, until when,
     note); "idle N min" marks a holder that has kept its GPU under 5 % for --idle-after. A claim
-    whose run's processes are gone is shown as stale, and never obeyed. One agent request per
-    host.
+    whose run's processes are gone is shown as stale, and never obeyed. Beside each user,
+    their share of the lab's GPU time this week (`tfctl usage`). One agent request per host.
 
     \b
     Example:
