@@ -257,7 +257,7 @@ def sample_forever(folder: str, first: tuple[float, list[dict[str, Any]],
             t = time.time()
         if error is None:
             write_json(path, next_low(read_json(path), t, gpus, apps, sample_s))
-            with contextlib.suppress(OSError, ValueError):  # the ledger never ends sampling
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # never ends it
                 seen.note(t, gpus, apps, ledger_others(apps, read_claims()[0]))
         time.sleep(sample_s)
 

@@ -82,6 +82,35 @@ def ledger_dir() -> str:
     return os.path.join(claims_dir(), LEDGER_SUBDIR)
 
 
+def ledger_file_name(user: str, kind: str, ident: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in ident[:120])
+    return f"{user}.{kind}.{safe}.json"
+
+
+def ledger_own(kind: str, ident: str) -> dict[str, Any] | None:
+    """Our own ledger file `<me>.<kind>.<ident>.json` as its raw JSON, where we wrote one (a
+    watcher or sampler started again goes on counting from it); None otherwise. Only a regular
+    file we own is read."""
+    me = user_name(os.getuid()) or str(os.getuid())
+    path = os.path.join(ledger_dir(), ledger_file_name(me, kind, ident))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() \
+                or st.st_size > LEDGER_MAX_BYTES:
+            return None
+        data = f.read(LEDGER_MAX_BYTES + 1)
+    try:
+        raw = json.loads(data.decode("utf-8"))
+        ledger_parse(raw, kind)  # only a record others could read too
+    except (ValueError, RecursionError):
+        return None
+    return dict(raw)
+
+
 def ledger_write(kind: str, ident: str, record: dict[str, Any]) -> None:
     """Write (or replace) our ledger file `<me>.<kind>.<ident>.json` atomically. OSError or
     ValueError when it cannot (the folder is unusable, or the record too large)."""
@@ -94,8 +123,7 @@ def ledger_write(kind: str, ident: str, record: dict[str, Any]) -> None:
     text = json_dumps(dict(record, format=LEDGER_FORMAT, kind=kind, user=me), sort_keys=True)
     if len(text) > LEDGER_MAX_BYTES:
         raise ValueError(f"the ledger record would be over {LEDGER_MAX_BYTES} bytes")
-    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in ident[:120])
-    path = os.path.join(folder, f"{me}.{kind}.{safe}.json")
+    path = os.path.join(folder, ledger_file_name(me, kind, ident))
     tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
@@ -316,6 +344,10 @@ class RunLedger:
         self.warned = False
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
+        before = ledger_own(self.kind, run_id)  # a watcher started again goes on from it
+        if before is not None:
+            for key, gpu in ledger_parse(before, self.kind)["gpus"].items():
+                self.gpus[key] = dict(gpu, hours={str(h): c for h, c in gpu["hours"].items()})
 
     def start(self) -> None:
         self.thread.start()
@@ -398,7 +430,10 @@ class RunLedger:
                                           ledger_float(cells[5]))
 
     def write(self) -> None:
+        """Our ledger file of the run, once it has held a GPU (a run on CPUs leaves none)."""
         self.last_write = time.monotonic()
+        if not any(g["hours"] for g in self.gpus.values()):
+            return
         record = {"run_id": self.run_id, "job": self.job, "since": self.started_s,
                   "last": time.time(),
                   "gpus": {k: dict(g, hours={h: [round(v, 3) for v in c]
@@ -464,17 +499,7 @@ class SeenLedger:
 
     def _load(self, day: str) -> dict[str, dict[str, Any]]:
         """Our own file of `day`, where this sampler wrote one before (a sampler restarted)."""
-        me = user_name(os.getuid()) or str(os.getuid())
-        path = os.path.join(ledger_dir(), f"{me}.seen.{day}-{self.tag}.json")
-        with contextlib.suppress(OSError, ValueError):
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() \
-                    and st.st_size <= LEDGER_MAX_BYTES:
-                with open(path, "rb") as f:
-                    raw = json.loads(f.read().decode("utf-8"))
-                if raw.get("format") == LEDGER_FORMAT and isinstance(raw.get("procs"), dict):
-                    return dict(raw["procs"])
-        return {}
+        return dict((ledger_own("seen", f"{day}-{self.tag}") or {}).get("procs") or {})
 
 
 def ledger_others(apps: list[dict[str, Any]], claims: list[dict[str, Any]]

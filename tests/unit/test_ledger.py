@@ -84,6 +84,13 @@ def test_a_run_counts_its_held_gpus_idle_where_the_samples_say_so(
     assert ledger.ledger_rows(records, (HOUR + 1) * 3600.0, (HOUR + 2) * 3600.0) == []
     assert (claims_dir / "ledger" / f"{ME}.run.20261129-010203-ab12.json").exists()
 
+    again = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", manifest, wall)
+    assert again.gpus["0"]["hours"] == {str(HOUR): [64.0, 4.0, 202.0, 4.0]}  # goes on from it
+    cpu_only = ledger.RunLedger(str(run_dir), "20261129-010203-cccc", {"tasks": []}, wall)
+    cpu_only.tick(5.0, wall)
+    cpu_only.write()  # held no GPU: leaves no file
+    assert not list((claims_dir / "ledger").glob("*cccc*"))
+
 
 def test_negative_or_impossible_amounts_are_clamped() -> None:
     hours = ledger.ledger_hours({"1": [-50, -3, -1, -2], "2": [9000, 9999, 5, 100],
