@@ -18,13 +18,15 @@ kinds of file, `<user>.<kind>.<id>.json`:
   Held idle: the seconds the recorder's latest sample of that GPU (gpu.csv, one a second) was
   under the idle threshold; energy: the recorder's power.draw times the seconds (the whole
   board, as energy.py says).
-- `seen`: what a user's idle sampler (`tfctl lab`'s, lab.py) saw of processes tfctl did not
-  start: per GPU, pid and wall-clock minute, how many samples saw it, how many of those under
-  the threshold, and the board's power. The sampler samples every `sample_s` (10 s at most)
-  while anyone of that user has run `tfctl lab` in the last hour (lab.py's LINGER_S); a
-  process is counted only for the minutes some sampler saw it, a minute it was seen in as a
-  whole minute. Two samplers (two users', or two workdirs') that saw the same GPU, pid and
-  minute count it once (`ledger_seen_minutes`: the look with more samples is kept).
+- `seen`: what tfctl's samplers saw of processes tfctl did not start: per GPU, pid and
+  wall-clock minute, how many samples saw it, how many of those under the threshold, and the
+  board's power. Two samplers: a user's idle sampler of `tfctl lab` (lab.py: every `sample_s`,
+  10 s at most, while that user has run `tfctl lab` in the last hour, LINGER_S), and each run's
+  recorder (record.py's owners, every OWNER_EVERY_S = 10 s while a tfctl run's watcher runs on
+  the host). A process is counted only for the minutes some sampler saw it, a minute it was
+  seen in as a whole minute. Two samplers (two users', two workdirs', a recorder and a lab
+  sampler) that saw the same GPU, pid and minute count it once (`ledger_seen_minutes`: the look
+  with more samples is kept).
 
 Amounts are kept per wall-clock hour (epoch seconds // 3600), so a window (`--since`) and days
 are cut on hours. A number read back that is negative, or more than an hour's seconds in one
@@ -40,7 +42,7 @@ import stat
 import time
 from typing import Any
 
-from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_folder
+from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_claims, read_folder
 from tfctl.remote.agent.energy import energy_mask_indices
 from tfctl.remote.agent.jsonfile import read_json
 from tfctl.remote.agent.proc import proc_stat, proc_tags, proc_uid, user_name
@@ -326,7 +328,8 @@ class RunLedger:
     sample says so, their power; written every LEDGER_WRITE_S and by `stop`."""
 
     def __init__(self, run_dir: str, run_id: str, manifest: dict[str, Any],
-                 started_s: float) -> None:
+                 recorder: Any) -> None:
+        import hashlib
         import threading
 
         self.run_dir, self.run_id = run_dir, run_id
@@ -335,7 +338,9 @@ class RunLedger:
         self.masks = {t["name"]: str((t.get("env") or {}).get(
             "CUDA_VISIBLE_DEVICES", t.get("cuda_visible_devices")) or "")
             for t in manifest.get("tasks", [])}
-        self.started_s = started_s  # the recorder's start: gpu.csv's times count from it
+        self.started_s = float(recorder.started)  # gpu.csv's times count from it
+        self.seen = SeenLedger("w" + hashlib.sha1(run_dir.encode()).hexdigest()[:8])
+        recorder.on_owners = self.saw_owners  # the recorder's owners, every OWNER_EVERY_S
         self.gpus: dict[str, dict[str, Any]] = {}
         self.latest: dict[int, tuple[float, float | None, float | None]] = {}
         self.offset = 0
@@ -368,6 +373,27 @@ class RunLedger:
                     self.write()
             except Exception as exc:  # the ledger never ends the watcher
                 self._warn(f"the ledger failed: {exc!r}")
+
+    def saw_owners(self, t: float, index_of: dict[str, str], rows: list[list[str]]) -> None:
+        """The recorder's look at who computes on the host's GPUs (its thread): the processes
+        tfctl did not start go into the ledger as a sampler's sightings, with the GPUs'
+        latest utilization and power from the recorder's stream."""
+        now_t = t - self.started_s
+        gpus = []
+        for uuid, index in index_of.items():
+            if not str(index).isdigit():
+                continue
+            sample_t, util, watts = self.latest.get(int(index), (-1e9, None, None))
+            fresh = now_t - sample_t <= LEDGER_FRESH_S
+            gpus.append({"index": int(index), "uuid": uuid,
+                         "utilization_pct": util if fresh else None,
+                         "power_w": watts if fresh else None})
+        apps = [{"gpu_uuid": row[0], "pid": int(row[1])} for row in rows
+                if len(row) >= 2 and row[1].isdigit()]
+        others = ledger_others(apps, read_claims()[0])
+        if others:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                self.seen.note(t, gpus, apps, others)
 
     def holding(self) -> list[int]:
         """The GPU indices the run's tasks hold now (started, not ended)."""

@@ -98,7 +98,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
     speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
                            recorder.started)
     recorder.start()
-    ledger = RunLedger(run_dir, run_id, manifest, recorder.started)  # GPU use, ledger.py
+    ledger = RunLedger(run_dir, run_id, manifest, recorder)  # GPU use, ledger.py
     ledger.start()
     stopped = told = False
     try:

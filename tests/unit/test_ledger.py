@@ -17,6 +17,7 @@ import pytest
 
 from tfctl.remote.agent import ledger
 from tfctl.remote.agent.proc import user_name
+from tfctl.remote.agent.record import GpuRecorder
 from tfctl.remote.agent.vocab import UsageAnswer
 from tfctl.remote.lab.usage import host_rows, shares, summarize, totals, usage_csv, usage_json
 
@@ -45,6 +46,13 @@ def _run_folder(tmp_path: Path, masks: dict[str, str]) -> Path:
     return run_dir
 
 
+def _recorder(run_dir: Path, started_s: float) -> GpuRecorder:
+    """The run's recorder (not started: the test writes its gpu.csv), begun at `started_s`."""
+    recorder = GpuRecorder(str(run_dir), "20261129-010203-ab12")
+    recorder.started = started_s
+    return recorder
+
+
 def _task_file(run_dir: Path, name: str, suffix: str) -> Path:
     from tfctl.remote.agent.rundir import task_file
 
@@ -56,7 +64,8 @@ def test_a_run_counts_its_held_gpus_idle_where_the_samples_say_so(
     run_dir = _run_folder(tmp_path, {"worker:0": "0,1", "worker:1": "2"})
     manifest = json.loads((run_dir / "manifest.json").read_text())
     wall = HOUR * 3600.0 + 100
-    book = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", manifest, wall - 10)
+    book = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", manifest,
+                            _recorder(run_dir, wall - 10))
     _task_file(run_dir, "worker:0", ".pid.json").write_text("{}")  # started; worker:1 not yet
     # the recorder's samples, seconds since its start: GPU 0 idle (2 %), GPU 1 busy, no power
     (run_dir / "gpu.csv").write_text("10,0,2,100,40,50.5,0\n10,1,97,900,70,,0\n")
@@ -84,12 +93,30 @@ def test_a_run_counts_its_held_gpus_idle_where_the_samples_say_so(
     assert ledger.ledger_rows(records, (HOUR + 1) * 3600.0, (HOUR + 2) * 3600.0) == []
     assert (claims_dir / "ledger" / f"{ME}.run.20261129-010203-ab12.json").exists()
 
-    again = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", manifest, wall)
+    again = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", manifest,
+                             _recorder(run_dir, wall))
     assert again.gpus["0"]["hours"] == {str(HOUR): [64.0, 4.0, 202.0, 4.0]}  # goes on from it
-    cpu_only = ledger.RunLedger(str(run_dir), "20261129-010203-cccc", {"tasks": []}, wall)
+    cpu_only = ledger.RunLedger(str(run_dir), "20261129-010203-cccc", {"tasks": []},
+                                _recorder(run_dir, wall))
     cpu_only.tick(5.0, wall)
     cpu_only.write()  # held no GPU: leaves no file
     assert not list((claims_dir / "ledger").glob("*cccc*"))
+
+
+def test_the_runs_recorder_notes_processes_tfctl_did_not_start(tmp_path: Path,
+                                                               claims_dir: Path) -> None:
+    run_dir = _run_folder(tmp_path, {"worker:0": "0"})
+    recorder = _recorder(run_dir, time.time() - 20)
+    book = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", {"tasks": []}, recorder)
+    assert recorder.on_owners == book.saw_owners  # called after each look at the owners
+    (run_dir / "gpu.csv").write_text("19,0,1,100,40,80.0,0\n")  # GPU 0 at 1 %, 80 W
+    book._read_samples()
+    me = os.getpid()  # a process of no tfctl run, on GPU 0
+    book.saw_owners(time.time(), {"GPU-a": "0"}, [["GPU-a", str(me), "1500"]])
+    (path,) = (claims_dir / "ledger").glob(f"{ME}.seen.*-w*.json")
+    (proc,) = json.loads(path.read_text())["procs"].values()
+    assert (proc["uid"], proc["index"]) == (os.getuid(), 0)
+    assert list(proc["minutes"].values()) == [[1, 1, 80.0, 1]]
 
 
 def test_negative_or_impossible_amounts_are_clamped() -> None:
@@ -155,8 +182,9 @@ def test_the_sampler_notes_only_what_tfctl_did_not_start(claims_dir: Path) -> No
 @needs_root
 def test_a_file_in_another_users_name_or_a_link_is_skipped(claims_dir: Path,
                                                           tmp_path: Path) -> None:
-    book = ledger.RunLedger(str(_run_folder(tmp_path, {})), "20261129-010203-ab12",
-                            {"tasks": []}, 0.0)
+    run_dir = _run_folder(tmp_path, {})
+    book = ledger.RunLedger(str(run_dir), "20261129-010203-ab12", {"tasks": []},
+                            _recorder(run_dir, 0.0))
     book.gpus = {"0": {"index": 0, "uuid": "GPU-a", "name": "A",
                        "hours": {str(HOUR): [100.0, 0.0, 0.0, 0.0]}}}
     book.write()

@@ -41,7 +41,8 @@ def usage(ctx: click.Context, since: str, by: str, as_json: bool, as_csv: bool,
 
     Each host keeps a ledger beside its claims: tfctl's runs and sessions are counted by their
     watchers each second (a run cut short counts up to its end); processes tfctl did not start
-    are counted by the `tfctl lab` samplers, a minute for each minute one saw them. Held idle:
+    are counted by tfctl's samplers (`tfctl lab`'s, and each run's recorder), a minute for each
+    minute one saw them. Held idle:
     under 5 % utilization. A host that does not answer is named and its hours left out, never
     counted as zero (exit 1). One agent request per host.
 
