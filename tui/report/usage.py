@@ -32,8 +32,15 @@ from tfctl.tui.report.page import Written
 BUSY, IDLE = "tab:blue", "tab:orange"
 
 
-def _days(rows: Sequence[UsageRow]) -> list[str]:
-    return sorted({day_of(r.hour) for r in rows})
+def window_days(since_s: float, until_s: float) -> list[str]:
+    """Every local date from `since_s` to `until_s` (a day without use is a day of none)."""
+    days, hour = [], int(since_s // 3600)
+    while hour <= until_s // 3600:
+        day = day_of(hour)
+        if day not in days:
+            days.append(day)
+        hour += 1
+    return days
 
 
 def stacked_figure(title: str, labels: Sequence[str], busy_h: Sequence[float],
@@ -50,13 +57,14 @@ def stacked_figure(title: str, labels: Sequence[str], busy_h: Sequence[float],
     return _png(fig)
 
 
-def user_figure(user: str, rows: Sequence[UsageRow]) -> bytes:
-    """One user's GPU-hours per day."""
-    days = _days(rows)
+def user_figure(user: str, rows: Sequence[UsageRow], days: Sequence[str]) -> bytes:
+    """One user's GPU-hours on each of `days`."""
     by_day = {t.key: t for t in totals(rows, "day")}
+    days = sorted(set(days) | set(by_day))
     return stacked_figure(f"{user}: GPU-hours per day", days,
-                          [(by_day[d].held_s - by_day[d].idle_s) / 3600 for d in days],
-                          [by_day[d].idle_s / 3600 for d in days])
+                          [(by_day[d].held_s - by_day[d].idle_s) / 3600 if d in by_day else 0.0
+                           for d in days],
+                          [by_day[d].idle_s / 3600 if d in by_day else 0.0 for d in days])
 
 
 def host_figure(host: str, rows: Sequence[UsageRow]) -> bytes:
@@ -75,10 +83,12 @@ def write_usage_page(usage: Usage, out_dir: str) -> Written:
     """The PNGs and usage.html into `out_dir`."""
     os.makedirs(out_dir, exist_ok=True)
     images: list[tuple[str, str, bytes]] = []
+    first = max(usage.since_s, usage.until_s - 62 * 86400)  # a bar a day: two months at most
+    days = window_days(first, usage.until_s)
     for user in sorted({r.user for r in usage.rows}):
         mine = [r for r in usage.rows if r.user == user]
         images.append((_file_name("user", user), f"user {user}: GPU-hours per day",
-                       user_figure(user, mine)))
+                       user_figure(user, mine, days)))
     for host in usage.answered:
         theirs = [r for r in usage.rows if r.host == host]
         if theirs:
