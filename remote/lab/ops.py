@@ -17,14 +17,16 @@ from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable, 
 def read_lab(fleet: Fleet, idle_after_s: float = IDLE_AFTER_S,
              sample_s: float | None = None) -> list[HostLab]:
     """Every host of the inventory, in its order: one `lab` request each, in parallel. The idle
-    sampler samples at least four times within `idle_after_s`. Each user's share of the week's
-    GPU time comes in the same answers (no request more)."""
+    sampler samples at least four times within `idle_after_s`. A host the inventory gives no
+    GPUs is CPU only where nvidia-smi shows none (view.host_lab). Each user's share of the
+    week's GPU time comes in the same answers (no request more)."""
     every = sample_s if sample_s is not None else min(10.0, max(1.0, idle_after_s / 4))
     found = fleet.map(lambda t: agentops.lab(t, t.host.workdir, sample_s=every))
     out = []
     for host in fleet.inventory.hosts:
         if host.name in found.succeeded:
-            out.append(host_lab(host.name, found.succeeded[host.name], idle_after_s))
+            out.append(host_lab(host.name, found.succeeded[host.name], idle_after_s,
+                                cpu_only=not host.gpus))
         else:
             out.append(unreachable(host.name, str(found.failed.get(host.name, "no answer"))))
     return with_shares(out)

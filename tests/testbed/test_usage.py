@@ -32,7 +32,7 @@ SCRIPT = ("import os, sys, time\n"
           "    os.execve(sys.executable, [sys.executable, *sys.argv],\n"
           "              {**os.environ, 'TFCTL_TEST_GPU_UTIL': '2'})\n"
           "time.sleep(float(sys.argv[1]))\n")
-"""`python hold.py SECONDS`: holds its GPUs SECONDS, declaring 2 % utilization (idle)."""
+"""The run's command, given SECONDS: holds its GPUs that long, declaring 2 % utilization (idle)."""
 HOLD_S = 15
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tfctl.remote.lab.view import HostLab
 
 COLUMNS = ("host", "gpu", "state", "who", "what", "since", "util", "mem", "note")
-STATE_STYLE = {"free": "green", "reserved": "yellow", "held": "red", "error": "red"}
+STATE_STYLE = {"free": "green", "reserved": "yellow", "held": "red", "cpu": "dim", "error": "red"}
 
 
 def _usage(text: str) -> None:

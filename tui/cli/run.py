@@ -341,7 +341,7 @@ def _wait(controller: RunController, timeout: float | None = None) -> int:
 
 
 def _said_wait(result: WaitResult | None, timeout: float | None,
-               first: TaskStatus | None = None) -> int:
+               first: TaskStatus | None = None, framework: str | None = None) -> int:
     """What `wait` says on stderr (in --json too), and its exit status: for a job that failed,
     the story `status` tells of the task that failed first (`first`), then the end."""
     from tfctl.tui.cli.failures import task_story
@@ -353,7 +353,7 @@ def _said_wait(result: WaitResult | None, timeout: float | None,
         say(f"run {result.run_id} still running after {timeout:g} s")
         return EXIT_FAILED
     if first is not None:
-        for line in task_story(first, first=True):
+        for line in task_story(first, first=True, framework=framework):
             echo(line, err=True)
     if result.fatal is not None:  # its error and hint are the story's when it is told
         say(click.style(result.fatal if first is None else result.fatal.splitlines()[0],
@@ -385,14 +385,15 @@ def _wait_json(controller: RunController, timeout: float | None = None
 
     result = controller.wait(timeout, on_event=say)
     first = _failed_first(controller, result)
-    code = _said_wait(result, timeout, first)
+    framework = controller.inventory.job.framework
+    code = _said_wait(result, timeout, first, framework)
     if result is None:
         return code, {"run_id": None, "ended": False, "exit_code": None, "fatal": None,
                       "stopped": [], "timed_out": False, "failed_first": None}
     return code, {"run_id": result.run_id, "ended": result.ended,
                   "exit_code": result.exit_code, "fatal": result.fatal,
                   "stopped": list(result.stopped), "timed_out": result.timed_out,
-                  "failed_first": story_json(first)}
+                  "failed_first": story_json(first, framework=framework)}
 
 
 @click.command()
@@ -441,7 +442,8 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
     _print_status(st, patterns)
     for t in st.tasks:  # how each failed task ended, in its own words: the error line first
         if t.failed and t.last_lines:
-            click.echo("\n".join(task_story(t, keep=STATUS_TAIL_LINES)))
+            click.echo("\n".join(task_story(t, keep=STATUS_TAIL_LINES,
+                                             framework=controller.inventory.job.framework)))
     if fatal:
         secho(fatal, fg="red", bold=True)
     if stopped:
