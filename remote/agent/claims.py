@@ -243,7 +243,8 @@ first among an owner's files."""
 
 def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
                 parse: Callable[[Any, str], dict[str, Any]],
-                per_owner: int = MAX_FILES_PER_OWNER
+                per_owner: int = MAX_FILES_PER_OWNER,
+                wanted: Callable[[str, os.stat_result], bool] | None = None
                 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every record of the `<user>.<kind>.<id>.json` files of `folder` (`kind` one of `kinds`):
     `parse(its JSON, kind)` with `file`, `uid` and `user` added; and the warnings, one per owner
@@ -254,7 +255,9 @@ def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
     whatever its name says; a link, anything but a regular file, a file over `max_bytes` or one
     named after another user than its owner is skipped without being opened; of each owner at
     most `per_owner` files are read, the names tfctl writes first, so neither another user's
-    flood nor one's own junk crowds out anybody's claims, the reader's own included."""
+    flood nor one's own junk crowds out anybody's claims, the reader's own included.
+    `wanted(name, lstat)`: False for a file the caller does not need (the ledger's files older
+    than its window), which is then neither read nor counted."""
     problem = folder_problem(folder)
     if problem == "it does not exist":
         return [], []
@@ -271,7 +274,9 @@ def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
                         or len(parts) < 4 or parts[1] not in kinds:
                     continue  # a temporary file being written, or not ours
                 with contextlib.suppress(OSError):  # removed meanwhile
-                    names.append((entry.name, entry.stat(follow_symlinks=False)))
+                    st = entry.stat(follow_symlinks=False)
+                    if wanted is None or wanted(entry.name, st):
+                        names.append((entry.name, st))
     except OSError as exc:
         return [], [f"{label} {folder} is not read: {exc.strerror or exc}"]
     owners: dict[int, str] = {}

@@ -53,6 +53,7 @@ from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.idlewatch import IdleWatch
 from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
+from tfctl.remote.agent.ledger import RunLedger
 from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
@@ -99,6 +100,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
                            recorder.started)
     recorder.start()
     idle = IdleWatch(run_dir, run_id, manifest, events)
+    ledger = RunLedger(run_dir, run_id, manifest, recorder)  # GPU use, ledger.py
+    ledger.start()
     stopped = told = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed, idle)
@@ -118,6 +121,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
         speed.tick()
         recorder.stop()
         clear_silence(run_dir)
+        ledger.stop()  # the run's last seconds counted before its claim goes
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
         if stopped and not told and (idle.stopped or os.path.exists(os.path.join(run_dir,
                                                                                    UP_MARK))):

@@ -77,6 +77,20 @@ def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
                                    "policy_idle_since": None, "policy_stop_at": None}]
 
 
+def test_each_users_share_of_the_week_is_said_beside_their_gpus() -> None:
+    from tfctl.remote.lab.view import unreachable, with_shares
+    from tfctl.tui.app.labview import lab_cells
+
+    answer = _answer(week_held={"alice": [2700.0, 0.0], "carol": [900.0, 900.0]})
+    hosts = with_shares([host_lab("titan", answer), unreachable("gtx", "timed out")])
+    assert hosts[0].week_shares == {"alice": 0.75, "carol": 0.25}
+    run, reserved, _, notebook = (row_cells(r, hosts[0].week_shares) for r in hosts[0].rows)
+    assert run["who"] == "alice (75 % this week)" and notebook["who"] == "carol (25 % this week)"
+    assert reserved["who"] == "bob"  # no use recorded this week: no share said
+    assert row_json(hosts[0].rows[0], hosts[0].week_shares)["week_share"] == {"alice": 0.75}
+    assert lab_cells(hosts[0])[3][3] == "carol (25 % this week)"  # the dashboard's lab view
+
+
 def test_idle_needs_the_threshold_and_a_recent_sample() -> None:
     short = host_lab("titan", _answer(), idle_after_s=3600).rows[3].holders[0]
     assert (short.low_util_s, short.idle) == (1800.0, False)
@@ -171,14 +185,14 @@ def test_targets() -> None:
 # ---------------------------------------------------------------- the host side, pure
 
 def test_nvidia_smi_lines_are_read_plainly() -> None:
-    gpus = parse_gpu_lines("0, GPU-a, 1505, 12288, 97, NVIDIA TITAN X (Pascal)\n"
-                           "1, GPU-b, [N/A], 4096, [Not Supported], GeForce, GTX 970\n"
-                           "Failed to initialize NVML\n")
+    gpus = parse_gpu_lines("0, GPU-a, 1505, 12288, 97, 212.5, NVIDIA TITAN X (Pascal)\n"
+                           "1, GPU-b, [N/A], 4096, [Not Supported], [Not Supported], GeForce, "
+                           "GTX 970\nFailed to initialize NVML\n")
     assert gpus == [
         {"index": 0, "uuid": "GPU-a", "memory_used_mib": 1505.0, "memory_total_mib": 12288.0,
-         "utilization_pct": 97.0, "name": "NVIDIA TITAN X (Pascal)"},
+         "utilization_pct": 97.0, "power_w": 212.5, "name": "NVIDIA TITAN X (Pascal)"},
         {"index": 1, "uuid": "GPU-b", "memory_used_mib": None, "memory_total_mib": 4096.0,
-         "utilization_pct": None, "name": "GeForce, GTX 970"}]
+         "utilization_pct": None, "power_w": None, "name": "GeForce, GTX 970"}]
     assert parse_app_lines("GPU-a, 4242, 1500\nNo running processes found\n") == [
         {"gpu_uuid": "GPU-a", "pid": 4242, "used_memory_mib": 1500.0}]
 

@@ -307,6 +307,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tensorboard": ("tfctl.tui.cli.tensorboard", "tensorboard"),
     "gpus": ("tfctl.tui.cli.gpus", "gpus"),
     "lab": ("tfctl.tui.cli.lab", "lab"),
+    "usage": ("tfctl.tui.cli.usage", "usage"),
     "reserve": ("tfctl.tui.cli.lab", "reserve"),
     "release": ("tfctl.tui.cli.lab", "release"),
     "queue": ("tfctl.tui.cli.queue", "queue"),
