@@ -45,6 +45,7 @@ from typing import Any
 from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_claims, read_folder
 from tfctl.remote.agent.energy import energy_mask_indices
 from tfctl.remote.agent.jsonfile import read_json
+from tfctl.remote.agent.policy import read_policy, session_kind
 from tfctl.remote.agent.proc import proc_stat, proc_tags, proc_uid, user_name
 from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.vocab import UsageAnswer, UsageRequest
@@ -75,9 +76,21 @@ LEDGER_KEEP_S = 400 * 86400.0
 `usage --since` and some), so the folder does not grow for ever."""
 
 
+LEDGER_POLICY_REREAD_S = 10.0
+"""How long the policy's threshold is kept before its file is read again (as the watcher does)."""
+_policy_pct_read: list[float] = [-LEDGER_POLICY_REREAD_S, LEDGER_IDLE_UTIL_PCT]
+"""[when it was read (monotonic s), the threshold then]: the last reading of the policy."""
+
+
 def ledger_idle_pct() -> float:
-    """The idle threshold, in one place: the lab policy's where the host has one."""
-    return LEDGER_IDLE_UTIL_PCT
+    """The idle threshold, in one place: the lab policy's `idle.below_util_pct` where the host
+    has a policy in force (remote/agent/policy.py), else LEDGER_IDLE_UTIL_PCT; the file is read
+    at most once per LEDGER_POLICY_REREAD_S."""
+    now = time.monotonic()
+    if now - _policy_pct_read[0] >= LEDGER_POLICY_REREAD_S:
+        rule = (read_policy().get("policy") or {}).get("idle") or {}
+        _policy_pct_read[:] = [now, float(rule.get("below_util_pct", LEDGER_IDLE_UTIL_PCT))]
+    return _policy_pct_read[1]
 
 
 def ledger_dir() -> str:
@@ -333,7 +346,7 @@ class RunLedger:
         import threading
 
         self.run_dir, self.run_id = run_dir, run_id
-        self.kind = "session" if manifest.get("kind") == "session" else "run"
+        self.kind = "session" if session_kind(manifest) else "run"
         self.job = manifest.get("inventory")
         self.masks = {t["name"]: str((t.get("env") or {}).get(
             "CUDA_VISIBLE_DEVICES", t.get("cuda_visible_devices")) or "")
