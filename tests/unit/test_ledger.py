@@ -278,3 +278,19 @@ def test_the_page_has_a_chart_per_user_and_per_host(tmp_path: Path) -> None:
                     "host h1: GPU-hours per user", "host h2: GPU-hours per user"):
         assert f'<img alt="{caption}" src="data:image/png;base64,' in page
     assert "h3: no answer" in page and "not counted" in page
+
+
+def test_the_idle_threshold_is_the_lab_policys_where_the_host_has_one(
+        claims_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """usage's idle share and the policy's idle clock use one threshold: the policy's."""
+    claims_dir.mkdir()
+    policy = tmp_path / "lab.yaml"
+    monkeypatch.setenv("TFCTL_LAB_POLICY", str(policy))
+    monkeypatch.setattr(ledger, "_policy_pct_read", [-ledger.LEDGER_POLICY_REREAD_S, 5.0])
+    assert ledger.ledger_idle_pct() == ledger.LEDGER_IDLE_UTIL_PCT  # no file: the default
+    policy.write_text("idle: {below_util_pct: 30, warn_after: 1h, stop_after: 3h}\n")
+    policy.chmod(0o644)
+    monkeypatch.setattr(ledger, "_policy_pct_read", [-ledger.LEDGER_POLICY_REREAD_S, 5.0])
+    assert ledger.ledger_idle_pct() == 30.0
+    policy.write_text("idle: {below_util_pct: 70, warn_after: 1h, stop_after: 3h}\n")
+    assert ledger.ledger_idle_pct() == 30.0  # kept until LEDGER_POLICY_REREAD_S has passed
