@@ -158,7 +158,8 @@ def parse_claim(raw: Any) -> dict[str, Any]:
              "gpus": _gpus(raw.get("gpus") or []), "tasks": [_task(t) for t in tasks],
              "watcher_pid": _int(raw.get("watcher_pid")),
              "watcher_start_ticks": _int(raw.get("watcher_start_ticks")),
-             "boot_id": _text(raw.get("boot_id"), 64)}
+             "boot_id": _text(raw.get("boot_id"), 64),
+             "session": _text(raw.get("session"), 16) or ""}
     if kind == "reservation" and claim["until"] is None:
         raise ValueError("a reservation without an end")
     return claim
@@ -451,7 +452,8 @@ def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
     return {"run_id": run_id, "job": manifest.get("inventory"), "host": manifest.get("host"),
             "since": manifest.get("created_at") or time.time(), "until": None, "note": None,
             "gpus": gpus, "tasks": tasks, "watcher_pid": watcher.get("pid"),
-            "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id()}
+            "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id(),
+            "session": manifest.get("session") or ""}
 
 
 def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],

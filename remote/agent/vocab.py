@@ -69,6 +69,9 @@ class TaskRecord(Wire):
     cwd: str | None = None
     """The task's working directory, where its process starts: the plan's (`Task.cwd`, its
     host's workdir), as the manifest carries it; a relative one is under the workdir."""
+    session: str = ""
+    """The session its run is, "notebook" or "shell" (`tfctl notebook`, `tfctl shell`:
+    inventory/session.py); "" for any other run."""
 
     def __post_init__(self) -> None:
         if not self.type and ":" in self.name:  # a record that names the task only

@@ -48,6 +48,7 @@ import signal
 import time
 from typing import Any
 
+from tfctl.remote.agent.activity import start_activity
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.detach import fork_detached
@@ -97,6 +98,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
     speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
                            recorder.started)
     recorder.start()
+    activity = start_activity(run_dir, manifest)  # a notebook session's kernels (activity.py)
     stopped = told = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed)
@@ -115,6 +117,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
         events.tick()
         speed.tick()
         recorder.stop()
+        if activity is not None:
+            activity.set()
         clear_silence(run_dir)
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
         if stopped and not told and os.path.exists(os.path.join(run_dir, UP_MARK)):

@@ -48,6 +48,8 @@ class Claim:
     until_s: float | None = None
     note: str | None = None
     tasks: tuple[ClaimTask, ...] = ()
+    session: str = ""
+    """The session the run is ("notebook", "shell": inventory/session.py), "" for none."""
 
     @property
     def live(self) -> bool:
@@ -104,7 +106,8 @@ def claim_of(host: str, raw: Mapping[str, Any]) -> Claim:
                             t.get("pgid")) for t in raw.get("tasks") or ())
     return Claim(host, str(raw["file"]), str(raw["user"]), int(raw["uid"]), str(raw["kind"]),
                  str(raw["state"]), _tokens(raw.get("gpus")), raw.get("run_id"), raw.get("job"),
-                 raw.get("since"), raw.get("until"), raw.get("note"), tasks)
+                 raw.get("since"), raw.get("until"), raw.get("note"), tasks,
+                 str(raw.get("session") or ""))
 
 
 def host_claims(host: str, found: ClaimsAnswer | None) -> HostClaims:

@@ -40,11 +40,14 @@ class Holder:
     not measured: utilization above, or the sampler has no recent sample)."""
     idle: bool = False
     """`low_util_s` is at least the threshold asked for."""
+    session: str = ""
+    """The session the run is ("notebook", "shell"), "" for another run or a process."""
 
     def who_what(self) -> tuple[str, str]:
         if self.kind == "run":
             job = f" (job {self.job})" if self.job else ""
-            return self.user or "?", f"run {self.run_id}{job} {self.task or ''}".rstrip()
+            kind = self.session or "run"
+            return self.user or "?", f"{kind} {self.run_id}{job} {self.task or ''}".rstrip()
         return self.user or "?", f"pid {self.pid} {self.command or ''}".rstrip()
 
 
@@ -87,11 +90,12 @@ def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
         task = claim.task_of(pid, info.get("pgid"))
         if task is not None:
             return Holder("run", claim.user, pid, info.get("cmdline"), memory, claim.since_s,
-                          claim.run_id, claim.job, task.name, low_s, idle)
+                          claim.run_id, claim.job, task.name, low_s, idle, claim.session)
     if info.get("tfctl_run_id"):  # our own run (we may read our processes' environment)
+        session = next((c.session for c in runs if c.run_id == info["tfctl_run_id"]), "")
         return Holder("run", info.get("user"), pid, info.get("cmdline"), memory,
                       info.get("since"), info["tfctl_run_id"], None, info.get("tfctl_task"),
-                      low_s, idle)
+                      low_s, idle, session)
     return Holder("process", info.get("user"), pid, info.get("cmdline"), memory,
                   info.get("since"), low_util_s=low_s, idle=idle)
 
@@ -120,7 +124,8 @@ def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S) ->
             task = claim.task_on(index, uuids)
             if task is not None and claim.run_id not in seen_runs:
                 holders.append(Holder("run", claim.user, task.pid, None, None, claim.since_s,
-                                      claim.run_id, claim.job, task.name))
+                                      claim.run_id, claim.job, task.name,
+                                      session=claim.session))
                 seen_runs.add(claim.run_id)
         named = [c for c in found.claims if index in gpu_indices(c.gpus, uuids)]
         reservation = next((c for c in named if c.kind == "reservation" and c.live), None)
@@ -190,6 +195,6 @@ def row_json(row: LabRow) -> dict[str, Any]:
             "holders": [{"kind": h.kind, "user": h.user, "pid": h.pid, "command": h.command,
                          "memory_mib": h.memory_mib, "since": h.since_s, "run_id": h.run_id,
                          "job": h.job, "task": h.task, "low_util_s": h.low_util_s,
-                         "idle": h.idle} for h in row.holders],
+                         "idle": h.idle, "session": h.session} for h in row.holders],
             "reservation": None if row.reservation is None else _claim_json(row.reservation),
             "stale_claims": [_claim_json(c) for c in row.stale], "error": row.error}

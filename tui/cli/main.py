@@ -282,6 +282,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("tfctl.tui.cli.setup", "setup"),
     "up": ("tfctl.tui.cli.run", "up"),
     "run": ("tfctl.tui.cli.oneoff", "run"),
+    "notebook": ("tfctl.tui.cli.session", "notebook"),
+    "shell": ("tfctl.tui.cli.session", "shell"),
     "wait": ("tfctl.tui.cli.run", "wait"),
     "status": ("tfctl.tui.cli.run", "status"),
     "down": ("tfctl.tui.cli.run", "down"),
