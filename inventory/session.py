@@ -158,10 +158,13 @@ def token_path(session_id: str) -> str:
 
 def notebook_argv(python: str, module: str, port: int, token_file: str) -> tuple[str, ...]:
     """Jupyter's server on the host's 127.0.0.1:`port`, in the workdir, its token read from
-    `token_file` (relative to the workdir) by a `sh` wrapper; no browser there."""
+    `token_file` (relative to the workdir) by a `sh` wrapper; no browser there. A login as
+    root is let through (`allow_root`, which only lifts Jupyter's refusal to start as root):
+    the session runs as whoever the inventory logs in as, as every task does."""
     return ("sh", "-c", _TOKEN_WRAPPER, "tfctl-notebook", token_file, python, "-m", module,
             "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0", "--ServerApp.root_dir=.")
+            "--ServerApp.port_retries=0", "--ServerApp.root_dir=.",
+            "--ServerApp.allow_root=True")
 
 
 def keeper_argv() -> tuple[str, ...]:

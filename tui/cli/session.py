@@ -119,6 +119,7 @@ def notebook(ctx: click.Context, gpus: int, host: str | None, when_free: bool,
 def _port_free_here(port: int) -> None:
     """Refuse a local `--port` that is taken, before anything starts."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the tunnel binds
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as exc:
