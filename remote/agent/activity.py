@@ -15,7 +15,6 @@ so only a change seen while the server was already looked at counts, never the f
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 from tfctl.remote.agent.wire import json_loads
@@ -62,9 +61,9 @@ def active(kernels: list[dict[str, Any]], seen: dict[str, str]) -> bool:
     return busy
 
 
-def watch_notebook(run_dir: str, workdir: str, port: int, token_file: str,
-                   stop: threading.Event) -> None:
-    """Touch the run's activity file whenever a kernel of its Jupyter server was active."""
+def watch_notebook(run_dir: str, workdir: str, port: int, token_file: str, stop: Any) -> None:
+    """Touch the run's activity file whenever a kernel of its Jupyter server was active, until
+    `stop` (a threading.Event) is set."""
     path = os.path.join(run_dir, ACTIVITY_FILE)
     touch(path)  # the session's start is its user's doing
     seen: dict[str, str] = {}
@@ -80,12 +79,14 @@ def watch_notebook(run_dir: str, workdir: str, port: int, token_file: str,
             touch(path)
 
 
-def start_activity(run_dir: str, manifest: dict[str, Any]) -> threading.Event | None:
+def start_activity(run_dir: str, manifest: dict[str, Any]) -> Any:
     """For a notebook session's run, a thread of the watcher that keeps its activity file
-    (`watch_notebook`); the event that stops it; None for any other run."""
+    (`watch_notebook`); the threading.Event that stops it; None for any other run (threading
+    is imported only then: an agent start pays for no module it does not use)."""
     record = manifest.get("oneoff") or {}
     if record.get("session") != "notebook" or not record.get("port"):
         return None
+    import threading
     stop = threading.Event()
     threading.Thread(target=watch_notebook, name="tfctl-activity", daemon=True,
                      args=(run_dir, _workdir(run_dir), int(record["port"]),

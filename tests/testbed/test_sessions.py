@@ -43,6 +43,12 @@ def _holders(inv: Path) -> dict[tuple[str, int], list[str]]:
             for r in json.loads(lab.stdout)}
 
 
+def _session_in_lab(inv: Path, run_id: str) -> set[str]:
+    """What `tfctl lab --json` calls the holders of `run_id` (their `session`)."""
+    lab = json.loads(tfctl(inv, "lab", "--json").stdout)
+    return {h.get("session") for r in lab for h in r["holders"] if h.get("run_id") == run_id}
+
+
 def _held_by(inv: Path, run_id: str) -> list[tuple[str, int]]:
     return [gpu for gpu, runs in _holders(inv).items() if run_id in runs]
 
@@ -78,6 +84,7 @@ def test_a_shell_holds_its_gpu_while_its_command_runs_and_frees_it_after(
         mask = screen.split("mask=")[1].split()[0]
         assert mask in ("0", "1"), screen
         assert _held_by(inv, run_id) == [("h1", int(mask))]
+        assert _session_in_lab(inv, run_id) == {"shell"}
         status = json.loads(tfctl(inv, "status", "--run", run_id, "--json").stdout)
         assert [(t["name"], t["session"]) for t in status["tasks"]] == [("worker:0", "shell")]
         screen = pane.wait("the shell's end", lambda s: "tfctl-exit=0" in s, timeout_s=60)
@@ -225,7 +232,8 @@ def test_a_notebook_runs_a_cell_on_its_claimed_gpu_through_the_tunnel(
     try:
         assert notebook.url.startswith(f"http://127.0.0.1:{local}/lab?token=")
         (gpu,) = _held_by(inv, run_id)
-        assert gpu[0] == "h1"
+        assert gpu[0] == "h1" and _session_in_lab(inv, run_id) == {"notebook"}
+        assert f"notebook {run_id}" in tfctl(inv, "lab", env={"COLUMNS": "200"}).stdout
         with sync_playwright() as pw:
             browser = chromium(pw)
             page = browser.new_page()
@@ -282,3 +290,56 @@ def test_a_taken_local_port_is_one_sentence(gpu_testbed: Testbed, tmp_path: Path
     assert done.returncode != 0
     assert f"local port {port} is taken on this machine" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_shell_when_free_waits_in_the_queue_for_a_gpu(
+        gpu_testbed: Testbed, tmp_path: Path, stranger: Any) -> None:
+    stranger("h1", 0)
+    second = stranger("h1", 1)
+    inv = _inventory(gpu_testbed, tmp_path, ["h1"])
+    pane = Pane(_tfctl_line(inv, "shell", "--gpus", "1", "--when-free", "--", "sh", "-c",
+                            "echo mask=$CUDA_VISIBLE_DEVICES")
+                + "; echo tfctl-exit=$?; exec sleep 600",
+                env={**os.environ, "TERM": "xterm-256color"}, name="tfctl-shell-wait")
+    try:
+        pane.wait("the shell waiting", lambda s: "waiting in the lab's queue for 1 free GPU" in s,
+                  timeout_s=90, never=lambda s: "mask=" in s and "a GPU taken before it freed")
+        os.kill(second, signal.SIGKILL)
+        screen = pane.wait("the shell on the freed GPU", lambda s: "tfctl-exit=0" in s,
+                           timeout_s=90)
+        assert "mask=1" in screen, screen
+    finally:
+        pane.close()
+
+
+def _get(url: str) -> int:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return int(answer.status)
+    except OSError:
+        return 0
+
+
+def test_a_notebook_lives_through_a_cut_host_and_its_tunnel_heals(
+        gpu_testbed: Testbed, healed: Testbed, tmp_path: Path, jupyter_python: Path) -> None:
+    if not healed.isolated:
+        pytest.skip("needs the network-namespace lab (a host cut off)")
+    inv = _inventory(gpu_testbed, tmp_path, ["h1"], python=str(jupyter_python))
+    notebook = Notebook(inv, "--gpus", "1", "--no-browser", "--port", str(_free_local_port()))
+    status_url = f"{notebook.base}api/status?token={notebook.token}"
+    try:
+        assert _get(status_url) == 200
+        healed.cut("h1")
+        time.sleep(12)  # longer than the tunnel's keepalive answer may take (10 s): noticed
+        healed.heal("h1")
+        wait_until("Jupyter through the healed tunnel", lambda: _get(status_url) == 200, 60)
+        assert notebook.proc.poll() is None  # the same tunnel, never reopened
+        status = json.loads(tfctl(inv, "status", "--run", notebook.run_id, "--json").stdout)
+        assert [t["state"] for t in status["tasks"]] == ["running"]
+        said = notebook.close()
+        assert "lost" in said and "reconnected" in said, said
+    finally:
+        notebook.proc.kill()
+        tfctl(inv, "down", "--run", notebook.run_id, "--grace", "1")

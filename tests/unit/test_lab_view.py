@@ -73,7 +73,8 @@ def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
     assert as_json["holders"] == [{"kind": "process", "user": "carol", "pid": 700,
                                    "command": "jupyter-kernel", "memory_mib": 11000.0,
                                    "since": NOW - 86400, "run_id": None, "job": None,
-                                   "task": None, "low_util_s": 1800.0, "idle": True}]
+                                   "task": None, "low_util_s": 1800.0, "idle": True,
+                                   "session": ""}]
 
 
 def test_idle_needs_the_threshold_and_a_recent_sample() -> None:

@@ -23,6 +23,9 @@ from tfctl.inventory.session import (
     session_record,
 )
 from tfctl.remote.agent.activity import active, start_activity
+from tfctl.remote.agent.claims import parse_claim
+from tfctl.remote.lab.claims import claim_of
+from tfctl.remote.lab.view import Holder
 from tfctl.remote.session import shell_line
 
 
@@ -34,6 +37,18 @@ def test_a_session_record_is_a_one_off_record_with_its_kind() -> None:
     assert session_of(None) == ""
     with pytest.raises(SessionError):
         session_record("kernel", ())
+
+
+def test_lab_says_a_session_by_its_kind() -> None:
+    holder = Holder("run", "alice", 10, None, None, 0.0, "r1", "lab", "worker:0",
+                    session="notebook")
+    assert holder.who_what() == ("alice", "notebook r1 (job lab) worker:0")
+    assert Holder("run", "alice", 10, run_id="r2", task="worker:0").who_what()[1] == \
+        "run r2 worker:0"
+    raw = parse_claim({"format": "tfctl-claim/1", "kind": "run", "run_id": "r1",
+                       "session": "shell", "gpus": [0], "tasks": []})
+    claim = claim_of("h1", dict(raw, file="f", user="alice", uid=1000, state="live"))
+    assert claim.session == "shell"
 
 
 def test_the_notebook_argv_keeps_its_token_off_the_command_line() -> None:
