@@ -9,6 +9,7 @@ websocket API, as JupyterLab itself does). The GPUs are the test-only nvidia-smi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -83,8 +84,9 @@ def test_a_shell_holds_its_gpu_while_its_command_runs_and_frees_it_after(
         screen = pane.wait("the mask", lambda s: "mask=" in s, timeout_s=60)
         mask = screen.split("mask=")[1].split()[0]
         assert mask in ("0", "1"), screen
-        assert _held_by(inv, run_id) == [("h1", int(mask))]
-        assert _session_in_lab(inv, run_id) == {"shell"}
+        lab = json.loads(tfctl(inv, "lab", "--json").stdout)  # one look, while it runs
+        assert {((r["host"], r["gpu"]), h.get("session")) for r in lab for h in r["holders"]
+                if h.get("run_id") == run_id} == {(("h1", int(mask)), "shell")}
         status = json.loads(tfctl(inv, "status", "--run", run_id, "--json").stdout)
         assert [(t["name"], t["session"]) for t in status["tasks"]] == [("worker:0", "shell")]
         screen = pane.wait("the shell's end", lambda s: "tfctl-exit=0" in s, timeout_s=60)
@@ -295,7 +297,7 @@ def test_a_taken_local_port_is_one_sentence(gpu_testbed: Testbed, tmp_path: Path
 def test_a_shell_when_free_waits_in_the_queue_for_a_gpu(
         gpu_testbed: Testbed, tmp_path: Path, stranger: Any) -> None:
     stranger("h1", 0)
-    second = stranger("h1", 1)
+    second = gpu_testbed.start_on_gpu("h1", 1)  # a colleague's job, ended below
     inv = _inventory(gpu_testbed, tmp_path, ["h1"])
     pane = Pane(_tfctl_line(inv, "shell", "--gpus", "1", "--when-free", "--", "sh", "-c",
                             "echo mask=$CUDA_VISIBLE_DEVICES")
@@ -310,6 +312,8 @@ def test_a_shell_when_free_waits_in_the_queue_for_a_gpu(
         assert "mask=1" in screen, screen
     finally:
         pane.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(second, signal.SIGKILL)
 
 
 def _get(url: str) -> int:
