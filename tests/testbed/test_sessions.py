@@ -89,6 +89,7 @@ def test_a_shell_holds_its_gpu_while_its_command_runs_and_frees_it_after(
                 if h.get("run_id") == run_id} == {(("h1", int(mask)), "shell")}
         status = json.loads(tfctl(inv, "status", "--run", run_id, "--json").stdout)
         assert [(t["name"], t["session"]) for t in status["tasks"]] == [("worker:0", "shell")]
+        assert tfctl(inv, "status", "--run", run_id).stdout.startswith(f"shell {run_id} ")
         screen = pane.wait("the shell's end", lambda s: "tfctl-exit=0" in s, timeout_s=60)
         assert f"shell {run_id} ended (exit 0)" in screen, screen
         wait_until("the GPU free", lambda: not _held_by(inv, run_id), 30)
@@ -347,3 +348,18 @@ def test_a_notebook_lives_through_a_cut_host_and_its_tunnel_heals(
     finally:
         notebook.proc.kill()
         tfctl(inv, "down", "--run", notebook.run_id, "--grace", "1")
+
+
+def test_check_says_which_jupyter_each_host_has(gpu_testbed: Testbed, tmp_path: Path,
+                                                jupyter_python: Path) -> None:
+    inv = _inventory(gpu_testbed, tmp_path, ["h1"], python=str(jupyter_python))
+    found = json.loads(tfctl(inv, "check", "--json").stdout)
+    (h1,) = [h["findings"] for h in found["hosts"] if h["host"] == "h1"]
+    assert any(f["level"] == "info" and f["text"].startswith("notebook: JupyterLab 4.")
+               and "(ipykernel " in f["text"] for f in h1), h1
+    (tmp_path / "bare").mkdir()
+    bare = _inventory(gpu_testbed, tmp_path / "bare", ["h1"], python="/usr/bin/python3")
+    found = json.loads(tfctl(bare, "check", "--json").stdout)
+    (h1,) = [h["findings"] for h in found["hosts"] if h["host"] == "h1"]
+    assert any(f["text"] == "notebook: no Jupyter server; `/usr/bin/python3 -m pip install "
+               "jupyterlab ipykernel` installs what `tfctl notebook` needs" for f in h1), h1
