@@ -100,6 +100,17 @@ def forget_token(t: Transport, workdir: str, token_file: str) -> None:
     t.run(f"rm -f {shell_path(workdir)}/{shlex.quote(token_file)}", timeout_s=30)
 
 
+def forget_ended_tokens(t: Transport, workdir: str, keep: Sequence[str]) -> None:
+    """Remove the token files of the workdir's notebooks but those of `keep` (the live ones'
+    token files, relative to the workdir): an ended session's token opens nothing, but is no
+    file to leave behind."""
+    folder = f"{shell_path(workdir)}/{shlex.quote(SESSIONS_DIR)}"
+    kept = " ".join(shlex.quote(k.rsplit("/", 1)[-1]) for k in keep)
+    line = (f"cd {folder} 2>/dev/null || exit 0; for f in *.token; do [ -f \"$f\" ] || continue; "
+            f"case \" {kept} \" in *\" $f \"*) ;; *) rm -f \"$f\";; esac; done")
+    t.run(line, timeout_s=30)
+
+
 def free_port(t: Transport) -> int:
     """A port free on the host's loopback for the notebook's server: JUPYTER_PORT, else the
     lowest free one of JUPYTER_PORTS (the agent's choice, as `up` chooses task ports)."""

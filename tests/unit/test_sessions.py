@@ -147,3 +147,25 @@ def test_a_keeper_no_shell_joins_ends_on_its_own(tmp_path: Path) -> None:
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=30,
                           env={**os.environ, "TFCTL_RUN_ID": "r3"})
     assert done.returncode == 1 and "no shell joined this session within 1 s" in done.stdout
+
+
+class _LocalShell:
+    """A transport's `run` on this machine (what `forget_ended_tokens` sends a host)."""
+
+    def run(self, command: str, stdin: str | None = None, timeout_s: float | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True,
+                              text=True, timeout=timeout_s)
+
+
+def test_only_the_live_notebooks_tokens_are_kept(tmp_path: Path) -> None:
+    from tfctl.remote.session import forget_ended_tokens
+
+    folder = tmp_path / ".tfctl" / "sessions"
+    folder.mkdir(parents=True)
+    for name in ("live.token", "ended.token", "other.txt"):
+        (folder / name).write_text("x")
+    forget_ended_tokens(_LocalShell(), str(tmp_path),  # type: ignore[arg-type]
+                        [".tfctl/sessions/live.token"])
+    assert sorted(p.name for p in folder.iterdir()) == ["live.token", "other.txt"]
+    forget_ended_tokens(_LocalShell(), str(tmp_path / "none"), [])  # type: ignore[arg-type]

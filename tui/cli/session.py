@@ -139,7 +139,15 @@ def _start_notebook(ctx: click.Context, inv: Inventory, gpus: int, host: str | N
     )
     from tfctl.remote.connect.fleet import Fleet
     from tfctl.remote.oneoff import candidate_hosts
-    from tfctl.remote.session import forget_token, free_port, jupyter_on, keep_token, new_token
+    from tfctl.remote.session import (
+        forget_ended_tokens,
+        forget_token,
+        free_port,
+        jupyter_on,
+        keep_token,
+        live_sessions,
+        new_token,
+    )
     from tfctl.tui.cli.sweep import new_sweep_id
 
     c = obj(ctx)
@@ -170,6 +178,8 @@ def _start_notebook(ctx: click.Context, inv: Inventory, gpus: int, host: str | N
         assert module is not None
         h = inv.host(chosen)
         port = free_port(t)
+        live, _ = live_sessions(fleet, inv, [chosen], "notebook")
+        forget_ended_tokens(t, h.workdir, [str(x.record.get("token_file")) for x in live])
         keep_token(t, h.workdir, token_file, token)
         record = session_record("notebook", ("jupyter", "lab" if module == "jupyterlab"
                                              else "server"), port=port, token_file=token_file)
