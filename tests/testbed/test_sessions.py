@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -179,16 +180,25 @@ class Notebook:
         self.run_id = self.line.split()[1]
         self.url = self.line.split(": ", 1)[1]
         self.base, _, self.token = self.url.partition("lab?token=")
+        self.said: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.said.append(line)
 
     def close(self) -> str:
-        """Ctrl-C; what it said on stderr."""
+        """Ctrl-C; all it said on stderr."""
         self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-        return str(err)
+            self.proc.wait()
+        self.reader.join(10)
+        return "".join(self.said)
 
 
 RUN_CELL = """async ([token, code]) => {
@@ -337,7 +347,7 @@ def test_a_notebook_lives_through_a_cut_host_and_its_tunnel_heals(
     try:
         assert _get(status_url) == 200
         healed.cut("h1")
-        time.sleep(12)  # longer than the tunnel's keepalive answer may take (10 s): noticed
+        wait_until("the tunnel noticing the cut", lambda: "lost" in "".join(notebook.said), 60)
         healed.heal("h1")
         wait_until("Jupyter through the healed tunnel", lambda: _get(status_url) == 200, 60)
         assert notebook.proc.poll() is None  # the same tunnel, never reopened
