@@ -166,7 +166,8 @@ def parse_claim(raw: Any) -> dict[str, Any]:
              "gpus": _gpus(raw.get("gpus") or []), "tasks": [_task(t) for t in tasks],
              "watcher_pid": _int(raw.get("watcher_pid")),
              "watcher_start_ticks": _int(raw.get("watcher_start_ticks")),
-             "boot_id": _text(raw.get("boot_id"), 64), "idle": _idle(raw.get("idle"))}
+             "boot_id": _text(raw.get("boot_id"), 64), "idle": _idle(raw.get("idle")),
+             "session": _text(raw.get("session"), 16) or ""}
     if kind == "reservation" and claim["until"] is None:
         raise ValueError("a reservation without an end")
     return claim
@@ -465,7 +466,8 @@ def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
             "since": manifest.get("created_at") or time.time(), "until": None, "note": None,
             "gpus": gpus, "tasks": tasks, "watcher_pid": watcher.get("pid"),
             "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id(),
-            "idle": _idle(read_json(os.path.join(run_dir, "idle.json")))}
+            "idle": _idle(read_json(os.path.join(run_dir, "idle.json"))),
+            "session": manifest.get("session") or ""}
 
 
 def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],

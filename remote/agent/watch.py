@@ -48,6 +48,7 @@ import signal
 import time
 from typing import Any
 
+from tfctl.remote.agent.activity import start_activity
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.detach import fork_detached
@@ -102,6 +103,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
     idle = IdleWatch(run_dir, run_id, manifest, events)
     ledger = RunLedger(run_dir, run_id, manifest, recorder)  # GPU use, ledger.py
     ledger.start()
+    activity = start_activity(run_dir, manifest)  # a notebook session's kernels (activity.py)
     stopped = told = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed, idle)
@@ -120,6 +122,8 @@ def watch_run(run_dir: str, run_id: str) -> int:
         events.tick()
         speed.tick()
         recorder.stop()
+        if activity is not None:
+            activity.set()
         clear_silence(run_dir)
         ledger.stop()  # the run's last seconds counted before its claim goes
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)

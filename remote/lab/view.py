@@ -49,6 +49,8 @@ class Holder:
     policy_idle_since_s: float | None = None
     """A run the lab's policy has warned as idle: since when, and when it stops it."""
     policy_stop_at_s: float | None = None
+    session: str = ""
+    """The session the run is ("notebook", "shell"), "" for another run or a process."""
 
     def policy_words(self, now_s: float) -> str | None:
         """`idle 1:05 — stops at 14:30 by the lab's policy`, for a run the policy warned."""
@@ -59,7 +61,8 @@ class Holder:
     def who_what(self) -> tuple[str, str]:
         if self.kind == "run":
             job = f" (job {self.job})" if self.job else ""
-            return self.user or "?", f"run {self.run_id}{job} {self.task or ''}".rstrip()
+            kind = self.session or "run"
+            return self.user or "?", f"{kind} {self.run_id}{job} {self.task or ''}".rstrip()
         return self.user or "?", f"pid {self.pid} {self.command or ''}".rstrip()
 
 
@@ -108,11 +111,12 @@ def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
         if task is not None:
             return Holder("run", claim.user, pid, info.get("cmdline"), memory, claim.since_s,
                           claim.run_id, claim.job, task.name, low_s, idle,
-                          claim.idle_since_s, claim.idle_stop_at_s)
+                          claim.idle_since_s, claim.idle_stop_at_s, claim.session)
     if info.get("tfctl_run_id"):  # our own run (we may read our processes' environment)
+        session = next((c.session for c in runs if c.run_id == info["tfctl_run_id"]), "")
         return Holder("run", info.get("user"), pid, info.get("cmdline"), memory,
                       info.get("since"), info["tfctl_run_id"], None, info.get("tfctl_task"),
-                      low_s, idle)
+                      low_s, idle, session=session)
     return Holder("process", info.get("user"), pid, info.get("cmdline"), memory,
                   info.get("since"), low_util_s=low_s, idle=idle)
 
@@ -152,7 +156,8 @@ def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S,
                 holders.append(Holder("run", claim.user, task.pid, None, None, claim.since_s,
                                       claim.run_id, claim.job, task.name,
                                       policy_idle_since_s=claim.idle_since_s,
-                                      policy_stop_at_s=claim.idle_stop_at_s))
+                                      policy_stop_at_s=claim.idle_stop_at_s,
+                                      session=claim.session))
                 seen_runs.add(claim.run_id)
         named = [c for c in found.claims if index in gpu_indices(c.gpus, uuids)]
         reservation = next((c for c in named if c.kind == "reservation" and c.live), None)
@@ -249,6 +254,7 @@ def row_json(row: LabRow, shares: Mapping[str, float] | None = None) -> dict[str
                          "memory_mib": h.memory_mib, "since": h.since_s, "run_id": h.run_id,
                          "job": h.job, "task": h.task, "low_util_s": h.low_util_s,
                          "idle": h.idle, "policy_idle_since": h.policy_idle_since_s,
-                         "policy_stop_at": h.policy_stop_at_s} for h in row.holders],
+                         "policy_stop_at": h.policy_stop_at_s, "session": h.session}
+                        for h in row.holders],
             "reservation": None if row.reservation is None else _claim_json(row.reservation),
             "stale_claims": [_claim_json(c) for c in row.stale], "error": row.error}

@@ -74,7 +74,8 @@ def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
                                    "command": "jupyter-kernel", "memory_mib": 11000.0,
                                    "since": NOW - 86400, "run_id": None, "job": None,
                                    "task": None, "low_util_s": 1800.0, "idle": True,
-                                   "policy_idle_since": None, "policy_stop_at": None}]
+                                   "policy_idle_since": None, "policy_stop_at": None,
+                                   "session": ""}]
 
 
 def test_each_users_share_of_the_week_is_said_beside_their_gpus() -> None:

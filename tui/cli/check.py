@@ -65,9 +65,12 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
     with Fleet(plan.inventory, c.ssh_options()) as fleet:
         plan, placing = _place_free(fleet, plan)
         reports = run_check(fleet, plan)
+        notebooks = _notebooks(fleet, plan)
     for report in reports:
         if report.host in placing:
             report.add(*placing[report.host])
+        if report.host in notebooks:
+            report.add("info", notebooks[report.host])
     failed = sum(not report.ok for report in reports)
     if as_json:
         print_json({"ok": not failed, "warnings": [*plan.warnings, exposure(plan)], "hosts": [
@@ -81,6 +84,25 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         sys.exit(EXIT_FAILED)
     if not as_json:
         secho(f"all {len(reports)} hosts ready", fg="green")
+
+
+def _notebooks(fleet: Fleet, plan: Plan) -> dict[str, str]:
+    """Host → what `tfctl notebook` would start there (its `python:`'s Jupyter), or the
+    sentence that says how to install it (an `info`: a run needs no Jupyter)."""
+    from tfctl.inventory.session import install_command
+    from tfctl.remote.session import jupyter_on
+
+    inv = plan.inventory
+    found = fleet.map(lambda t: jupyter_on(t, inv.host(t.host.name).python))
+    said = {}
+    for host, jupyter in found.succeeded.items():
+        if jupyter is None:
+            continue  # no such python: the check's own finding says so
+        python = inv.host(host).python
+        said[host] = (f"notebook: {jupyter.words()} (`tfctl notebook`)" if jupyter.usable else
+                      f"notebook: {jupyter.words()}; `{install_command(python)}` installs "
+                      "what `tfctl notebook` needs")
+    return said
 
 
 def exposure(plan: Plan) -> str:

@@ -438,7 +438,8 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "idle": {h: dict(v) for h, v in st.idle.items()},
                                "tasks": [_task_json(t, patterns) for t in st.tasks]}, indent=2))
         return
-    click.echo(f"run {st.run_id} (from the {run.source})")
+    kind = next((t.session for t in st.tasks if t.session), "")  # a notebook, a shell
+    click.echo(f"{kind or 'run'} {st.run_id} (from the {run.source})")
     _print_status(st, patterns)
     for t in st.tasks:  # how each failed task ended, in its own words: the error line first
         if t.failed and t.last_lines:

@@ -292,6 +292,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("tfctl.tui.cli.setup", "setup"),
     "up": ("tfctl.tui.cli.lifecycle", "up"),
     "run": ("tfctl.tui.cli.run", "run"),
+    "notebook": ("tfctl.tui.cli.session", "notebook"),
+    "shell": ("tfctl.tui.cli.session", "shell"),
     "wait": ("tfctl.tui.cli.lifecycle", "wait"),
     "status": ("tfctl.tui.cli.lifecycle", "status"),
     "down": ("tfctl.tui.cli.lifecycle", "down"),
