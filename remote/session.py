@@ -4,7 +4,7 @@ The session is a run (inventory/session.py says what its task is); this module a
 `python:` about Jupyter, finds the live sessions of the workdirs, keeps a notebook's token on
 its host, starts the run through `RunController` (as a one-off's point starts, remote/oneoff.py)
 and builds the line a shell session opens with a pty. Placement, tickets and the claim are the
-one-off's (remote/oneoff.py, remote/lab/points.py).
+one-off's (remote/oneoff.py, remote/queue/sessionstart.py).
 """
 
 from __future__ import annotations
