@@ -45,7 +45,7 @@ class HostsEngine:
         self._current = current
         self._plan = plan
 
-    def place(self, inventory: Inventory, say: Say
+    def take_gpus(self, inventory: Inventory, say: Say
               ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
         """`gpus: free` hosts take the GPUs free now (remote/lab/place.py); other inventories
         are planned as they are."""

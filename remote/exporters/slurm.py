@@ -31,6 +31,7 @@ import textwrap
 from collections import Counter
 
 from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.frameworks import framework_of
 from tfctl.inventory.model import Inventory, Slurm
 from tfctl.inventory.plan import Plan, Task
 from tfctl.remote.agent.watch import WORKER_GRACE_S
@@ -120,7 +121,7 @@ def _header(plan: Plan, filename: str, nodes: int, hosts: tuple[str, ...],
     idle = f" ({nodes - len(hosts)} more node(s) stay idle)" if nodes > len(hosts) else ""
     strategy = job.strategy or f"(none: style {job.style})"
     what, handed = f"Strategy {strategy}", "its TF_CONFIG (or flags)"
-    if job.style == "env":
+    if framework_of(job).one_group:
         what = f"One {job.framework} process group"
         handed = "rank 0's address (" + ", ".join(GROUP_ADDRESS_ENV[job.framework]) + ")"
     submit = [f"#   sbatch {filename}"] if _absolute(workdir) else [

@@ -15,10 +15,10 @@ from tfctl.inventory import make_plan, parse_inventory
 from tfctl.inventory.frameworks import FRAMEWORKS
 from tfctl.inventory.frameworks.interface import (
     Cluster,
-    Finding,
     Handed,
     Hint,
     Level,
+    Refusal,
     host_port,
     numbered,
     worker_masks,
@@ -63,7 +63,7 @@ class OneGroup:
             "LOCAL_RANK": str(local.index(place)), "LOCAL_WORLD_SIZE": str(len(local)),
             "GROUP_RANK": str(hosts.index(place.host))})
 
-    def refusals(self, plan: Plan) -> list[Finding]:
+    def refusals(self, plan: Plan) -> list[Refusal]:
         return []
 
     def warnings(self, plan: Plan) -> tuple[str, ...]:
@@ -72,8 +72,8 @@ class OneGroup:
     def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
         return []
 
-    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
-                   job: Job) -> list[tuple[Level, str]]:
+    def judge_import(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                     job: Job) -> list[tuple[Level, str]]:
         return []
 
 

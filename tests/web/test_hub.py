@@ -134,7 +134,7 @@ def test_the_log_feed_gives_each_tab_the_lines_it_has_not_had() -> None:
     assert feed.since(None).lines == [("w:0", "b"), ("w:1", "c"), ("w:0", "d")]  # 3 kept
 
 
-class TelemetryHub:
+class TelemetryAnswers:
     """The hub's answer to `telemetry` over a history the test fills (a client of
     `HubTelemetry`)."""
 
@@ -142,7 +142,7 @@ class TelemetryHub:
         self.history = GpuHistory()
         self.asked: list[float | None] = []
 
-    def call(self, name: str, since_s: float | None) -> TelemetryNews:
+    def call(self, call: object, since_s: float | None) -> TelemetryNews:
         self.asked.append(since_s)
         return TelemetryNews({"h1": HostTelemetry("h1", last_sample_at=9.0)},
                              {("h1", "GPU-a"): "worker:0"},
@@ -150,7 +150,7 @@ class TelemetryHub:
 
 
 def test_a_tab_keeps_every_gpu_sample_once() -> None:
-    hub = TelemetryHub()
+    hub = TelemetryAnswers()
     for at in (1.0, 2.0):
         hub.history.record("h1", [GpuSample("GPU-a", 0, utilization_gpu_pct=at),
                                    GpuSample("GPU-b", 1, utilization_gpu_pct=at)], at)

@@ -85,7 +85,10 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
 
 def exposure(plan: Plan) -> str:
     """What anyone on the network can reach: TensorFlow's task ports, or rank 0's."""
-    return GROUP_EXPOSURE_WARNING if plan.inventory.job.style == "env" else EXPOSURE_WARNING
+    from tfctl.inventory.frameworks import framework_of
+
+    group = framework_of(plan.inventory.job).one_group
+    return GROUP_EXPOSURE_WARNING if group else EXPOSURE_WARNING
 
 
 def _place_free(fleet: Fleet, plan: Plan) -> tuple[Plan, dict[str, tuple[Level, str]]]:

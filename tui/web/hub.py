@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.owners import owner_lookup
-from tfctl.tui.web import hubwire
+from tfctl.tui.web import hubcalls, hubwire
+from tfctl.tui.web.hubcalls import answering
 from tfctl.tui.web.hubreads import LogFeed, LogNews, SharedReads, TelemetryNews, samples_since
 from tfctl.tui.web.hubwire import CALL, EVENT, RAISED, RESULT
 
@@ -233,6 +234,26 @@ class DashboardHub:
         self._act_lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._closed = threading.Event()
+        self._answers = dict((
+            answering(hubcalls.HELLO, self.call_hello),
+            answering(hubcalls.CURRENT, self.call_current),
+            answering(hubcalls.HOST_STATUS, self.call_host_status),
+            answering(hubcalls.FINDINGS, self.call_findings),
+            answering(hubcalls.LOGS, self.call_logs),
+            answering(hubcalls.TELEMETRY, self.call_telemetry),
+            answering(hubcalls.STATUS, self.call_status),
+            answering(hubcalls.RUNS, self.call_runs),
+            answering(hubcalls.LAB, self.call_lab),
+            answering(hubcalls.REPORT, self.call_report),
+            answering(hubcalls.TUNNEL_OPEN, self.call_tunnel_open),
+            answering(hubcalls.TUNNEL_CLOSE, self.call_tunnel_close),
+            answering(hubcalls.UP, self.call_up),
+            answering(hubcalls.DOWN, self.call_down),
+            answering(hubcalls.SYNC, self.call_sync),
+            answering(hubcalls.RESTART_TASK, self.call_restart_task),
+            answering(hubcalls.RESTART, self.call_restart),
+        ))
+        """Each call of hubcalls.py by its name on the wire, with the handler that answers it."""
 
     # -- the process side ----------------------------------------------------------------------
     def listen(self) -> Path:
@@ -309,7 +330,7 @@ class DashboardHub:
 
         try:
             kind, (name, args, kwargs) = hubwire.receive(conn)
-            method = getattr(self, f"call_{name}", None)
+            method = self._answers.get(name)
             if kind != CALL or method is None:
                 return
             caller = _Caller(hubwire.peer_pid(conn), lambda text: answer(EVENT, text))
@@ -331,7 +352,7 @@ class DashboardHub:
         finally:
             conn.close()
 
-    # -- the calls (`call_NAME`, what hubsources.py asks for) ----------------------------------
+    # -- the calls (hubcalls.py: what hubsources.py asks for, `_answers` says which answers) ---
     def call_hello(self, live: _Live, caller: _Caller) -> Hello:
         c = live.controller
         return Hello(c.inventory, c.plan, live.tunnel is not None, self.report is not None)
@@ -374,7 +395,7 @@ class DashboardHub:
         label = owner_lookup(watch.owners(snapshots))
         owners = {(host, gpu.uuid): label(host, gpu.uuid)
                   for host, snap in snapshots.items() for gpu in snap.gpus}
-        return TelemetryNews(snapshots, owners, samples_since(watch.hub.history, since_s))
+        return TelemetryNews(snapshots, owners, samples_since(watch.streams.history, since_s))
 
     def call_report(self, live: _Live, caller: _Caller, run_id: str) -> str:
         if self.report is None:
