@@ -35,11 +35,11 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.owners import owner_lookup
@@ -52,7 +52,14 @@ if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
     from tfctl.inventory.plan import Plan
     from tfctl.remote.connect.transport import SshOptions
-    from tfctl.remote.controller import RunController
+    from tfctl.remote.controller import DownSummary, RunController, UpOptions
+    from tfctl.remote.gpus.findings import Finding
+    from tfctl.remote.history.listing import RunSummary
+    from tfctl.remote.lab.view import HostLab
+    from tfctl.remote.runs.current import CurrentRun
+    from tfctl.remote.runs.relaunch import RestartResult
+    from tfctl.remote.runs.status import RunStatus, TaskStatus
+    from tfctl.remote.sync.result import SyncResult
 
 T = TypeVar("T")
 
@@ -234,7 +241,7 @@ class DashboardHub:
         self._act_lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._closed = threading.Event()
-        self._answers = dict((
+        self.answers = dict((
             answering(hubcalls.HELLO, self.call_hello),
             answering(hubcalls.CURRENT, self.call_current),
             answering(hubcalls.HOST_STATUS, self.call_host_status),
@@ -330,7 +337,7 @@ class DashboardHub:
 
         try:
             kind, (name, args, kwargs) = hubwire.receive(conn)
-            method = self._answers.get(name)
+            method = self.answers.get(name)
             if kind != CALL or method is None:
                 return
             caller = _Caller(hubwire.peer_pid(conn), lambda text: answer(EVENT, text))
@@ -352,21 +359,23 @@ class DashboardHub:
         finally:
             conn.close()
 
-    # -- the calls (hubcalls.py: what hubsources.py asks for, `_answers` says which answers) ---
+    # -- the calls (hubcalls.py: what hubsources.py asks for, `answers` says which answers) ---
     def call_hello(self, live: _Live, caller: _Caller) -> Hello:
         c = live.controller
         return Hello(c.inventory, c.plan, live.tunnel is not None, self.report is not None)
 
     # The polls' reads: the hub keeps them fresh (`_Polls`); `refresh` asks for the run the
     # tab's workers look for every RUN_RECHECK_S, which the hub's own poll reads as often.
-    def call_current(self, live: _Live, caller: _Caller, refresh: bool = False) -> Any:
+    def call_current(self, live: _Live, caller: _Caller, refresh: bool = False
+                     ) -> CurrentRun | None:
         return live.reads.latest("current", lambda: live.controller.current(refresh=True))
 
-    def call_host_status(self, live: _Live, caller: _Caller, host: str) -> Any:
+    def call_host_status(self, live: _Live, caller: _Caller, host: str
+                         ) -> tuple[TaskStatus, ...]:
         return live.reads.latest(("host_status", host),
                                  lambda: live.controller.host_status(host))
 
-    def call_findings(self, live: _Live, caller: _Caller) -> Any:
+    def call_findings(self, live: _Live, caller: _Caller) -> Sequence[Finding]:
         return live.reads.latest("findings", live.watch)
 
     def call_logs(self, live: _Live, caller: _Caller, run_id: str, cursor: int | None
@@ -377,13 +386,13 @@ class DashboardHub:
         return feed.since(cursor)
 
     # What a user asks for: read when asked, shared by the tabs asking together.
-    def call_status(self, live: _Live, caller: _Caller) -> Any:
+    def call_status(self, live: _Live, caller: _Caller) -> RunStatus | None:
         return live.reads.fresh("status", self.asked_fresh_s, live.controller.status)
 
-    def call_runs(self, live: _Live, caller: _Caller) -> Any:
+    def call_runs(self, live: _Live, caller: _Caller) -> Sequence[RunSummary]:
         return live.reads.fresh("runs", self.asked_fresh_s, live.controller.runs)
 
-    def call_lab(self, live: _Live, caller: _Caller) -> Any:
+    def call_lab(self, live: _Live, caller: _Caller) -> Sequence[HostLab]:
         return live.reads.fresh("lab", self.asked_fresh_s, live.controller.lab)
 
     def call_telemetry(self, live: _Live, caller: _Caller, since_s: float | None
@@ -431,18 +440,18 @@ class DashboardHub:
             with self._act_lock:
                 self._acting = None
 
-    def call_up(self, live: _Live, caller: _Caller, options: Any) -> str:
+    def call_up(self, live: _Live, caller: _Caller, options: UpOptions) -> str:
         return self._act(live, "up", lambda: live.controller.up(options, caller.say))
 
-    def call_down(self, live: _Live, caller: _Caller, grace_s: float) -> Any:
+    def call_down(self, live: _Live, caller: _Caller, grace_s: float) -> DownSummary:
         return self._act(live, "down", lambda: live.controller.down(grace_s))
 
-    def call_sync(self, live: _Live, caller: _Caller) -> Any:
+    def call_sync(self, live: _Live, caller: _Caller) -> Mapping[str, SyncResult]:
         return self._act(live, "sync", live.controller.sync)
 
     def call_restart_task(self, live: _Live, caller: _Caller, task: str) -> None:
         self._act(live, "restart", lambda: live.controller.restart_task(task))
 
     def call_restart(self, live: _Live, caller: _Caller, target: str,
-                     wait_s: float | None) -> Any:
+                     wait_s: float | None) -> RestartResult:
         return self._act(live, "restart", lambda: live.controller.restart(target, wait_s))
