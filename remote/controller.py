@@ -73,7 +73,7 @@ class RunController:
         """The read that ended the last `up` (every task verified started)."""
         self._engine: Engine | None = None
         self.gpus_taken: dict[str, tuple[int, ...]] = {}
-        """The GPUs `up` took on `gpus: free` hosts (remote/lab/place.py)."""
+        """The GPUs `up` took on `gpus: free` hosts (remote/lab/freegpus.py)."""
 
     @property
     def plan(self) -> Plan:

@@ -33,7 +33,7 @@ from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.engines.engine import UpOptions
 from tfctl.remote.errors import GpusBusy, RemoteError, RunLive
-from tfctl.remote.lab.place import host_free
+from tfctl.remote.lab.freegpus import host_free
 from tfctl.remote.lab.points import HostView, Placement, place_points
 from tfctl.remote.lab.queue import Want, drop, put, tickets_of
 from tfctl.remote.lab.view import host_lab
@@ -80,7 +80,7 @@ def take_tickets(fleet: Fleet, ticket_id: str, hosts: Sequence[str]) -> None:
 def look(fleet: Fleet, ticket_id: str, hosts: Sequence[str]) -> list[HostView]:
     """One `gpu_state` request per host, in parallel (our ticket refreshed there): its GPUs as
     placement sees them and every user's tickets; a host that does not answer, with why."""
-    from tfctl.remote.lab.place import HostFree
+    from tfctl.remote.lab.freegpus import HostFree
 
     found = fleet.map(lambda t: agentops.gpu_state(t, beat=ticket_id, tickets=True), hosts)
     views = []

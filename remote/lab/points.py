@@ -11,7 +11,7 @@ then judges each host from one look at it (`gpu_state`):
   that is starting holds its ticket only for the seconds its start takes (its run's claim then
   holds its GPUs); one that waits holds it until its points have started;
 - the GPUs an older ticket wants by index are left to it;
-- of the rest, those free for us (place.py: nobody computes on them, no live run claims them,
+- of the rest, those free for us (freegpus.py: nobody computes on them, no live run claims them,
   no other user reserved them) go N at a time, lowest first, to our points in order, host by
   host in the inventory's order.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tfctl.remote.lab.place import HostFree
+from tfctl.remote.lab.freegpus import HostFree
 from tfctl.remote.lab.queue import Ticket
 
 STARTING = "r-"

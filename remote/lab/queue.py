@@ -9,7 +9,7 @@ A waiting job may start when, on every host it needs:
 - its own ticket is there, and no older ticket that still waits (its waiter looked within
   `stale_s`) wants any of the same GPUs (a count of free GPUs wants them all): first come,
   first served, with no overtaking by a younger job whose GPUs happen to be free; and
-- the GPUs it wants are free for it (place.py: nobody computes on them, no live run claims
+- the GPUs it wants are free for it (freegpus.py: nobody computes on them, no live run claims
   them, no other user reserved them; its own reservation is its to use), or, for a count, that
   many are.
 The waiter then runs the normal `up`; its tickets go once `up` has started the run (whose claims
@@ -30,7 +30,7 @@ from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import GpuState, TicketPutAnswer
 from tfctl.remote.connect.transport import Transport
-from tfctl.remote.lab.place import HostFree, host_free
+from tfctl.remote.lab.freegpus import HostFree, host_free
 from tfctl.remote.lab.view import host_lab
 
 STALE_S = 90.0
