@@ -26,20 +26,21 @@ makes of its keys, `rankkeys.py`, and what `check` makes of its probe answer). T
 framework touches:
 
 1. `inventory/frameworks/<name>.py`: the entry, the `Framework` Protocol's members (a process
-   group like torch's: a `ranks.Ranks` with its name, title, module, what it hands and what it
-   alone says of the host's import);
-2. this file: one line in `FRAMEWORKS`;
-3. `inventory/schema.py`: its name among the `job.framework` key's values (and the loader's
-   hint for that key, `inventory/load.py`);
-4. only if `tfctl check` must ask the hosts something new about it (its version, the GPUs it
-   sees): the agent's probe (`remote/agent/fwprobe.py`, standard library only, and the module
-   list in `remote/agent/hostops.py` `op_probe`);
-5. only if `tfctl export slurm` must run it: the sbatch script computes each task's cluster
-   env itself from the allocation (the Slurm exporter's shell part), so it learns the new env
-   there.
+   group like torch's: a `ranks.Ranks` with its name, title, module, install command, what it
+   hands and what it alone says of the host's import; tests/unit/test_framework_seam.py's
+   `Gang` is one);
+2. this file: one line in `FRAMEWORKS` (the schema takes every name here for `job.framework`);
+3. only if `tfctl check` must ask the hosts about it (its version, the GPUs it sees): the
+   agent's probe, which runs on the hosts and imports nothing of tfctl's inventory
+   (`remote/agent/fwprobe.py`: its distributions, what must be installed before it is asked,
+   the code that asks it);
+4. only if `tfctl export slurm` (and `up --on slurm`) must run it, which refuses it in one
+   sentence until then: the sbatch script computes each rank's address variables itself from
+   the allocation (`remote/exporters/slurm.py` `GROUP_ADDRESS_ENV`, and `tfctl_group_env` in
+   its shell part, slurm_sh.py), so it learns the new ones there.
 
-The plan builder, the loader, `with_ports`, the rules' front, the end rule, `status`, `check`
-and the failure hints need no change.
+The schema, the loader, the plan builder, `with_ports`, the rules' front, the end rule,
+`status`, `check`, `tfctl plan`'s header and the failure hints need no change.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ def sbatch_script(plan: Plan, filename: str = "job.sbatch") -> str:
     """The batch script for `plan`; `filename` is only named in its comments (how to submit).
     Raises InventoryError where `slurm:` asks for fewer nodes or GPUs than the plan uses."""
     inv = plan.inventory
+    _require_group_env(inv)
     settings = inv.slurm or Slurm()
     hosts = plan.hosts_used
     positions = {t.name: gpu_positions(inv, t) for t in plan.tasks}
@@ -60,6 +61,16 @@ def sbatch_script(plan: Plan, filename: str = "job.sbatch") -> str:
     lines += _sbatch_lines(plan, settings, nodes, gpus, workdir)
     lines += ["", *_settings(plan, workdir, gpus, len(hosts)), "", *_table(plan, positions)]
     return "\n".join(lines) + "\n" + MACHINERY.lstrip("\n")
+
+
+def _require_group_env(inv: Inventory) -> None:
+    """A job of ranks whose variables this script cannot compute on the nodes is refused."""
+    framework = framework_of(inv.job)
+    if framework.one_group and inv.job.framework not in GROUP_ADDRESS_ENV:
+        raise InventoryError(inv.path, None, "job.framework",
+                             f"the Slurm script cannot hand {framework.title}'s ranks rank 0's "
+                             "address on the nodes Slurm gives", "run it on the hosts with "
+                             "`tfctl up` (`tfctl plan` shows what each rank gets)")
 
 
 def gpu_positions(inv: Inventory, task: Task) -> tuple[int, ...]:

@@ -240,3 +240,14 @@ def test_a_new_entry_plans_ends_and_is_checked_as_one_group(gang: Inventory) -> 
     assert gang_entry.judge_import(probe, (0, 1), gang.job) == [
         ("ok", "Gang 1.2"),
         ("fail", "Gang sees 1 GPU(s) but the inventory selects 2: install gang[cuda] there")]
+
+
+def test_the_slurm_script_refuses_a_group_whose_variables_it_cannot_compute(
+        gang: Inventory) -> None:
+    from tfctl.remote.exporters.slurm import sbatch_script
+
+    with pytest.raises(InventoryError) as refused:
+        sbatch_script(make_plan(gang))
+
+    assert refused.value.key_path == "job.framework"
+    assert "cannot hand Gang's ranks rank 0's address" in str(refused.value)
