@@ -109,10 +109,14 @@ def _first_error(exc: ValidationError, lines: Mapping[PathKey, int],
         return InventoryError(filename, _line_for(loc[:-1], lines), format_path(loc),
                               "this key is required", _missing_hint(loc))
     message = err["msg"].replace("Value error, ", "")
-    got = repr(err["input"])
-    got = got if len(got) <= 60 else got[:57] + "..."
-    return InventoryError(filename, line, format_path(loc), f"{message} (got {got})",
+    return InventoryError(filename, line, format_path(loc), f"{message} ({_got(err['input'])})",
                           _type_hint(loc))
+
+
+def _got(value: object) -> str:
+    """`got 'nope'`: the value a key was given, cut to 60 characters."""
+    got = repr(value)
+    return "got " + (got if len(got) <= 60 else got[:57] + "...")
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> PathKey:
@@ -192,8 +196,12 @@ def _type_hint(loc: PathKey) -> str:
     if key in _EXAMPLES:
         return _EXAMPLES[key]
     if key == "framework":
-        names = schema.framework_names("or", quote="`").replace("`", "", 1)
-        return f"write `framework: {names} (README: Jobs that are not a TensorFlow cluster)"
+        from tfctl.inventory.frameworks import FRAMEWORKS
+
+        names = [f"`{n}`" for n in FRAMEWORKS]
+        names[0] = f"`framework: {names[0][1:]}"
+        allowed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+        return f"write {allowed} (README: Jobs that are not a TensorFlow cluster)"
     return "see the inventory format in README.md"
 
 
@@ -220,6 +228,7 @@ class _Resolver:
                               message, hint)
 
     def inventory(self) -> model.Inventory:
+        self._check_framework()
         host_specs = self._host_specs()
         if not host_specs:
             raise self.error(("hosts",), "no hosts", "list at least one host under `hosts:`")
@@ -326,6 +335,19 @@ class _Resolver:
                                  f"host name {h.name!r} is already used by hosts[{seen[h.name]}]",
                                  "give every host a unique name (the address may repeat)")
             seen[h.name] = i
+
+    def _check_framework(self) -> None:
+        """`job.framework` names an entry of the registry (inventory/frameworks/), refused as
+        the schema refuses a value of a key with a few allowed values."""
+        from tfctl.inventory.frameworks import FRAMEWORKS
+
+        name = self.spec.job.framework if self.spec.job else None
+        if name is None or (isinstance(name, str) and name in FRAMEWORKS):
+            return
+        names = [f"'{n}'" for n in FRAMEWORKS]
+        allowed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+        raise self.error(("job", "framework"), f"Input should be {allowed} ({_got(name)})",
+                         _type_hint(("job", "framework")))
 
     def _framework(self) -> Framework:
         """The job's framework (`inventory/frameworks/`), the default one where the file has

@@ -31,14 +31,6 @@ Env = dict[EnvName, Arg]
 TaskPort = int | Literal["none"] | None
 
 
-def framework_names(conjunction: str, quote: str) -> str:
-    """The registry's framework names in a phrase: `'tensorflow', 'torch' or 'jax'`."""
-    from tfctl.inventory.frameworks import FRAMEWORKS
-
-    names = [f"{quote}{name}{quote}" for name in FRAMEWORKS]
-    return f"{', '.join(names[:-1])} {conjunction} {names[-1]}" if len(names) > 1 else names[0]
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -233,9 +225,9 @@ class JobSpec(_Strict):
     script: str = Field(min_length=1)
     args: list[Arg] = []
     # How the processes find each other: TensorFlow's cluster (ps, workers, chief), or one
-    # process group with torchrun's variables (torch) or JAX's and Keras 3's (jax); any name of
-    # the registry (inventory/frameworks/ `FRAMEWORKS`).
-    framework: str = "tensorflow"
+    # process group with torchrun's variables (torch) or JAX's and Keras 3's (jax): a name of
+    # the registry (inventory/frameworks/ `FRAMEWORKS`), which the loader checks it against.
+    framework: Any = "tensorflow"
     strategy: Strategy | None = None
     style: Literal["tf_config", "flags"] | None = None
     workers: Literal["per_gpu", "per_host"] | None = None
@@ -270,15 +262,6 @@ class JobSpec(_Strict):
     disk_floor_mb: float = Field(default=1024.0, ge=0)
     task_args: TaskArgsSpec = TaskArgsSpec()
     task_env: TaskEnvSpec = TaskEnvSpec()
-
-    @field_validator("framework", mode="plain")
-    @classmethod
-    def _registered(cls, value: object) -> str:
-        from tfctl.inventory.frameworks import FRAMEWORKS
-
-        if not isinstance(value, str) or value not in FRAMEWORKS:
-            raise ValueError(f"Input should be {framework_names('or', quote=chr(39))}")
-        return value
 
     @field_validator("port_range")
     @classmethod

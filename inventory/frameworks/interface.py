@@ -23,7 +23,7 @@ from tfctl.inventory.model import Host, Inventory, Job, Ports, Style, WorkerLayo
 from tfctl.inventory.tasks import Place, TaskType
 
 if TYPE_CHECKING:  # (yamlmarks would import PyYAML, which a cached inventory's plan never needs)
-    from tfctl.inventory.checks import ErrorFactory
+    from tfctl.inventory.errors import ErrorFactory
     from tfctl.inventory.schema import HostSpec, JobSpec
     from tfctl.inventory.tasks import Plan
     from tfctl.inventory.yamlmarks import PathKey

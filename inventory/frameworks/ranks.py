@@ -37,7 +37,7 @@ from tfctl.inventory.model import Inventory, Job, WorkerLayout
 from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
 
 if TYPE_CHECKING:
-    from tfctl.inventory.checks import ErrorFactory
+    from tfctl.inventory.errors import ErrorFactory
     from tfctl.inventory.schema import HostSpec, JobSpec
     from tfctl.inventory.tasks import Plan
 

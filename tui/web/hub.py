@@ -44,13 +44,12 @@ from typing import TYPE_CHECKING, TypeVar
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.owners import owner_lookup
 from tfctl.tui.web import hubcalls, hubwire
-from tfctl.tui.web.hubcalls import answering
+from tfctl.tui.web.hubcalls import Hello, answering
 from tfctl.tui.web.hubreads import LogFeed, LogNews, SharedReads, TelemetryNews, samples_since
 from tfctl.tui.web.hubwire import CALL, EVENT, RAISED, RESULT
 
 if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
-    from tfctl.inventory.plan import Plan
     from tfctl.remote.connect.transport import SshOptions
     from tfctl.remote.controller import DownSummary, RunController, UpOptions
     from tfctl.remote.gpus.findings import Finding
@@ -75,17 +74,6 @@ of the host: the run's own poll finds it)."""
 LINGER_S = 30.0
 """How long the sources stay up after the last tab's last call."""
 Reporter = Callable[["RunController", str], str]
-
-
-@dataclass(frozen=True)
-class Hello:
-    """What a tab's dashboard is built from: the inventory and plan it shows, and what it may
-    offer (`t`: a TensorBoard tunnel; `h`, Enter: a report)."""
-
-    inventory: Inventory
-    plan: Plan
-    tunnel: bool
-    reports: bool
 
 
 class HubBusy(RuntimeError):

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
+    from tfctl.inventory.model import Inventory
+    from tfctl.inventory.plan import Plan
     from tfctl.remote.controller import DownSummary, UpOptions
     from tfctl.remote.gpus.findings import Finding
     from tfctl.remote.history.listing import RunSummary
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
     from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
     from tfctl.remote.sync.result import SyncResult
-    from tfctl.tui.web.hub import Hello
     from tfctl.tui.web.hubreads import LogNews, TelemetryNews
 
 P = ParamSpec("P")
@@ -41,6 +42,17 @@ class HubCall(Generic[P, R]):
     """One call on the hub: its arguments are `P`, its answer `R`."""
 
     name: str
+
+
+@dataclass(frozen=True)
+class Hello:
+    """What a tab's dashboard is built from: the inventory and plan it shows, and what it may
+    offer (`t`: a TensorBoard tunnel; `h`, Enter: a report)."""
+
+    inventory: Inventory
+    plan: Plan
+    tunnel: bool
+    reports: bool
 
 
 HELLO: HubCall[[], Hello] = HubCall("hello")

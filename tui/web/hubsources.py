@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
     from tfctl.remote.sync.result import SyncResult
-    from tfctl.tui.web.hub import Hello
+    from tfctl.tui.web.hubcalls import Hello
 
 P = ParamSpec("P")
 R = TypeVar("R")
