@@ -113,6 +113,11 @@ def _first_error(exc: ValidationError, lines: Mapping[PathKey, int],
                           _type_hint(loc))
 
 
+def _either(words: list[str]) -> str:
+    """`a, b or c`."""
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
+
+
 def _got(value: object) -> str:
     """`got 'nope'`: the value a key was given, cut to 60 characters."""
     got = repr(value)
@@ -200,8 +205,7 @@ def _type_hint(loc: PathKey) -> str:
 
         names = [f"`{n}`" for n in FRAMEWORKS]
         names[0] = f"`framework: {names[0][1:]}"
-        allowed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
-        return f"write {allowed} (README: Jobs that are not a TensorFlow cluster)"
+        return f"write {_either(names)} (README: Jobs that are not a TensorFlow cluster)"
     return "see the inventory format in README.md"
 
 
@@ -341,13 +345,14 @@ class _Resolver:
         the schema refuses a value of a key with a few allowed values."""
         from tfctl.inventory.frameworks import FRAMEWORKS
 
-        name = self.spec.job.framework if self.spec.job else None
-        if name is None or (isinstance(name, str) and name in FRAMEWORKS):
+        if self.spec.job is None:
             return
-        names = [f"'{n}'" for n in FRAMEWORKS]
-        allowed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
-        raise self.error(("job", "framework"), f"Input should be {allowed} ({_got(name)})",
-                         _type_hint(("job", "framework")))
+        name = self.spec.job.framework
+        if isinstance(name, str) and name in FRAMEWORKS:
+            return
+        raise self.error(("job", "framework"),
+                         f"Input should be {_either([repr(n) for n in FRAMEWORKS])} "
+                         f"({_got(name)})", _type_hint(("job", "framework")))
 
     def _framework(self) -> Framework:
         """The job's framework (`inventory/frameworks/`), the default one where the file has
