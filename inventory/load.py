@@ -212,7 +212,7 @@ def _type_hint(loc: PathKey) -> str:
 def _missing_hint(loc: PathKey) -> str:
     key = loc[-1]
     hints = {"job": "add a `job:` section with at least `script: train.py`",
-             "script": "add `script: train.py` (relative to the synced folder)",
+             "script": model.SCRIPT_HINT,
              "name": "add `name: <something>`", "host": "add `host: <one of the hosts' names>`"}
     return hints.get(str(key), f"add `{key}:`")
 
@@ -246,7 +246,7 @@ class _Resolver:
                               **self._engines())
         from tfctl.inventory.checks import check_ports
 
-        if written:
+        if written and job.script:  # a job without a script has no plan to check (plan.py)
             check_ports(inv, self.error)
             self._check_rules(inv)
         return inv
@@ -383,7 +383,7 @@ class _Resolver:
             policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff,
             together=r.together if r.together is not None else keys.together)
         return model.Job(
-            script=j.script, args=tuple(j.args), framework=j.framework, style=style,
+            script=j.script or "", args=tuple(j.args), framework=j.framework, style=style,
             workers=workers, strategy=j.strategy, chief=chief,
             evaluator=evaluator, tensorboard=tensorboard, ports=ports, sync=sync,
             setup=tuple(j.setup), setup_inputs=tuple(j.setup_inputs), restart=restart,

@@ -160,11 +160,17 @@ class Notify:
     """An http(s) URL the watcher POSTs the run's end to, as JSON."""
 
 
+SCRIPT_HINT = "add `script: train.py` (relative to the synced folder)"
+"""What to write where `job.script` (or `job.evaluator.script`) is missing."""
+
+
 @dataclass(frozen=True)
 class Job:
     """`job:`: what runs on the hosts, and how."""
 
     script: str
+    """The script every task runs; "" where the file writes none (no `job:`, or a `job:` that
+    only says how `tfctl run`'s commands run): there is then no job to plan (plan.make_plan)."""
     args: tuple[str, ...] = ()
     framework: str = "tensorflow"
     """How the tasks find each other: a name of `inventory/frameworks/` (`FRAMEWORKS`)."""

@@ -4,7 +4,7 @@ Pure. A one-off is not the inventory's job: it takes the inventory's hosts and t
 (workdir, `python:`, env) and the job's setup, sync, outputs and notify, and leaves the job's
 cluster shape (ps, workers per GPU, chief, evaluator, TensorBoard, the script and its args, the
 restart policy) out. Its plan is one task, `worker:0`, on one host, on the N GPUs placed for it
-(remote/lab/points.py): a worker because a worker is what tfctl's end rule, status, findings and
+(remote/queue/points.py): a worker because a worker is what tfctl's end rule, status, findings and
 report already take for the process whose end is the job's (remote/runs/endrule.py: with no
 chief, the job ends when its workers have), so a one-off run is a run like any other.
 

@@ -43,7 +43,7 @@ from tfctl.inventory.frameworks.interface import (  # host_port: callers import 
     Handed,
     host_port,
 )
-from tfctl.inventory.model import Host, Inventory
+from tfctl.inventory.model import SCRIPT_HINT, Host, Inventory
 from tfctl.inventory.tasks import COMMON_ENV, Place, Plan, Task, TaskType
 
 __all__ = ["Plan", "Reach", "Task", "TaskType", "host_port", "make_plan", "with_ports"]
@@ -54,10 +54,14 @@ Reach = Callable[[Host], str]
 
 def make_plan(inv: Inventory, reach: Reach | None = None) -> Plan:
     """The plan of `inv`; `reach` names the hosts in the cluster (module docstring).
-    `InventoryError` for a file without `job:`, which serves one-off commands only."""
-    if not inv.job_written:
+    `InventoryError` for a file without `job:`, or with a `job:` without `script:`: either
+    serves one-off commands (`tfctl run`) only."""
+    if not inv.job_written or not inv.job.script:
         from tfctl.inventory.errors import InventoryError
 
+        if inv.job_written:
+            raise InventoryError(inv.path, inv.job_line, "job.script", "this key is required",
+                                 SCRIPT_HINT)
         raise InventoryError(inv.path, inv.job_line, "job", "there is no job (`job:` is missing or "
                              "empty), so nothing to plan or start",
                              "add one (at least `job: {script: train.py}`), "

@@ -220,9 +220,12 @@ class JobSpec(_Strict):
     Overrides for a heterogeneous lab: a host's `args` follow `args` for its ps, workers and
     chief, and `task_args: {worker: [...]}` follow those for every task of that type; a task's
     env is `defaults.env`, then its host's `env`, then `task_env: {ps: {...}}` of its type.
-    `ports.<type>: none` (strategy custom only) starts that type without a port."""
+    `ports.<type>: none` (strategy custom only) starts that type without a port.
 
-    script: str = Field(min_length=1)
+    `script` may be left out where the job only says how one-off commands run (`tfctl run`
+    takes its sync, setup, outputs...); `plan` and `up` then refuse it (plan.make_plan)."""
+
+    script: Annotated[str, StringConstraints(min_length=1)] | None = None
     args: list[Arg] = []
     # How the processes find each other: TensorFlow's cluster (ps, workers, chief), or one
     # process group with torchrun's variables (torch) or JAX's and Keras 3's (jax): a name of

@@ -1,21 +1,15 @@
-"""One-off commands and sweeps on the lab (`tfctl run`): their tickets, one look at the hosts,
-and each point started as a run of its own through `RunController` and the hosts' `Engine`,
-like `up`.
+"""One-off commands and sweeps on the lab (`tfctl run`): where their points may go, one look
+at the hosts that places them, and each point started as a run of its own through
+`RunController` and the hosts' `Engine`, like `up`.
 
-How one `run` goes (the CLI's tui/cli/oneoff.py, and a sweep's waiter, tui/cli/sweep.py):
-
-1. the code is synced and `job.setup` run (cached) once, on every host a point may go to
-   (`prepare`), so every point of a sweep runs the code as it was when `run` was typed;
-2. a ticket for a count of N free GPUs is left on each of those hosts (remote/lab/queue.py's
-   tickets: `r-…` while starting, `s-…`, the sweep's id, while points wait), then one
-   `gpu_state` request per host reads the GPUs, the claims and every user's tickets (`look`);
-3. remote/lab/points.py places as many points as that look allows, first come first served;
-4. the placed points start at once, each as a run (`start_points`: one controller, and one
-   thread, each; the hosts' agents let one-off runs start beside the workdir's other runs);
-   their claims hold their GPUs from the moment they start, and the ticket goes.
-
-Points that found no GPU wait with the sweep's ticket, looked after by a waiter process of
-their own (tui/cli/sweep.py), which does 2-4 every few seconds until every point has started.
+`tfctl run` (remote/queue/startrun.py) and a sweep's waiter (remote/queue/waiter.py) both:
+look at the hosts their ticket is on (remote/queue/look.py: the GPUs, the claims, every user's
+tickets), place as many points as that look allows, first come first served
+(remote/queue/points.py, `place`), and start the placed points at once, each a run
+(`start_points`: one controller, and one thread, each; the hosts' agents let one-off runs start
+beside the workdir's other runs); their claims hold their GPUs from the moment they start. A
+start refused because someone took its GPUs in between is a lost race (`RACE_LOST`,
+`PointStart.lost_race`): the point may wait again.
 """
 
 from __future__ import annotations
@@ -29,17 +23,20 @@ from typing import Any
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.oneoff import Point, oneoff_plan
 from tfctl.remote.connect.fleet import Fleet
-from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.transport import SshOptions
 from tfctl.remote.engines.engine import UpOptions
 from tfctl.remote.errors import GpusBusy, RemoteError, RunLive
-from tfctl.remote.lab.freegpus import host_free
-from tfctl.remote.lab.points import HostView, Placement, place_points
-from tfctl.remote.lab.queue import Want, drop, put, tickets_of
-from tfctl.remote.lab.view import host_lab
+from tfctl.remote.queue.look import look
+from tfctl.remote.queue.points import Placement, place_points
+from tfctl.remote.queue.turn import HostView
 from tfctl.remote.runs.status import TaskStatus
 
 Say = Callable[[str], None]
+
+RACE_LOST = (GpusBusy, RunLive)
+"""What a point's start raises when its GPUs were taken between the look and the start (a busy
+GPU, or another run started on them), nothing started: a lost race, after which it waits
+again."""
 
 
 def candidate_hosts(inv: Inventory, gpus_each: int, host: str | None = None) -> list[str]:
@@ -62,38 +59,6 @@ def hosts_inventory(inv: Inventory, hosts: Sequence[str]) -> Inventory:
     import dataclasses
 
     return dataclasses.replace(inv, hosts=tuple(h for h in inv.hosts if h.name in hosts))
-
-
-def leave_tickets(fleet: Fleet, ticket_id: str, job: str, gpus_each: int, hosts: Sequence[str],
-                  client: str | None) -> dict[str, str]:
-    """Our ticket for `gpus_each` free GPUs on each of `hosts`; host → why it could not be left."""
-    left = put(fleet, ticket_id, job, {h: Want(count=gpus_each) for h in hosts}, client)
-    return {h: str(e) for h, e in left["failed"].items()}
-
-
-def take_tickets(fleet: Fleet, ticket_id: str, hosts: Sequence[str]) -> None:
-    """Remove our ticket from `hosts` (a host that fails keeps it: stale within minutes, it
-    holds nobody back)."""
-    drop(fleet, ticket_id, hosts)
-
-
-def look(fleet: Fleet, ticket_id: str, hosts: Sequence[str]) -> list[HostView]:
-    """One `gpu_state` request per host, in parallel (our ticket refreshed there): its GPUs as
-    placement sees them and every user's tickets; a host that does not answer, with why."""
-    from tfctl.remote.lab.freegpus import HostFree
-
-    found = fleet.map(lambda t: agentops.gpu_state(t, beat=ticket_id, tickets=True), hosts)
-    views = []
-    for name in hosts:
-        answer = found.succeeded.get(name)
-        if answer is None:
-            why = str(found.failed.get(name, "no answer"))
-            views.append(HostView(name, HostFree(name, error=f"cannot look: {why}")))
-            continue
-        lab = host_lab(name, answer)
-        views.append(HostView(name, host_free(lab), tickets_of(name, answer), lab.claims.me_uid,
-                              tuple(r.index for r in lab.rows if r.index is not None)))
-    return views
 
 
 def place(fleet: Fleet, inv: Inventory, ticket_id: str, gpus_each: int, count: int,
@@ -130,9 +95,9 @@ class PointStart:
     """Its task as the start left it: running, or already ended (a short command)."""
 
     @property
-    def retry(self) -> bool:
-        """Refused because someone took its GPUs in between: it may wait again."""
-        return isinstance(self.error, GpusBusy | RunLive)
+    def lost_race(self) -> bool:
+        """Refused because someone took its GPUs in between (`RACE_LOST`): it may wait again."""
+        return isinstance(self.error, RACE_LOST)
 
 
 def start_points(inv: Inventory, ssh: SshOptions,

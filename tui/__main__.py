@@ -1,5 +1,6 @@
-"""`python -m tfctl.tui` is `tfctl`."""
+"""`python -m tfctl.tui` is `tfctl`: the program's first code, tui/entry.py, as the console
+script runs it."""
 
-from tfctl.tui.cli.main import run
+from tfctl.tui.entry import run
 
 run()

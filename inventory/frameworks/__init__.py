@@ -64,7 +64,14 @@ def framework_of(job: Job) -> Framework:
     return FRAMEWORKS[job.framework]
 
 
-def known_hints() -> tuple[Hint, ...]:
-    """Every framework's known failures, in registry order (a log does not say which
-    framework wrote it, and no two frameworks print the same error)."""
-    return tuple(hint for framework in FRAMEWORKS.values() for hint in framework.hints)
+def known_hints(first: str | None = None) -> tuple[Hint, ...]:
+    """Every framework's known failures, the job's own (`first`, a `Framework.name`) before the
+    others', else in registry order: a log does not say which framework wrote it, and a
+    framework's own hint is the one that knows its error (gloo's `Connection refused` also
+    matches TensorFlow's generic hint). A hint two frameworks share (gloo's loopback address,
+    `gloo.py`) is listed once, and first where no job is named: it is some framework's own."""
+    order = sorted(FRAMEWORKS.values(), key=lambda framework: framework.name != first)
+    listed = [hint for framework in order for hint in framework.hints]
+    if first is None:
+        listed = [hint for hint in listed if listed.count(hint) > 1] + listed
+    return tuple(dict.fromkeys(listed))

@@ -20,7 +20,8 @@ What each process gets:
 
 `workers: per_host` (the default) runs one process per host on all its GPUs, JAX's usual way;
 `per_gpu` one process per GPU, each seeing only its own. The group ends, or restarts whole,
-as ranks.py says: JAX's runtime does not take a lost process back.
+as ranks.py says: JAX's runtime does not take a lost process back. JAX's gloo cannot be told its
+interface: a job across hosts is refused where a host's name resolves to loopback (gloo.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tfctl.inventory.frameworks import ranks
+from tfctl.inventory.frameworks import gloo, ranks
 from tfctl.inventory.frameworks.interface import (
     Cluster,
     Handed,
@@ -89,8 +90,10 @@ class Jax(ranks.Ranks):
                 *ranks.too_few_gpus("JAX", said, wanted, "install jax[cuda12] there (the plain "
                                     "`jax` wheel runs on the CPU only)")]
 
+
 def _hints() -> tuple[Hint, ...]:
     return (
+        gloo.LOOPBACK_HINT,
         Hint(re.compile(r"Multiprocess computations aren't implemented on the CPU backend|"
                         r"[Mm]ultiprocess CPU computations"),
              "JAX computes across processes on the CPU only with a collectives implementation: "

@@ -9,7 +9,10 @@ its host), GROUP_RANK and GROUP_WORLD_SIZE (its host among the hosts), ROLE_RANK
 (`default`) and ROLE_WORLD_SIZE. Left out: TORCHELASTIC_* (no elastic agent runs: a script that
 reads TORCHELASTIC_USE_AGENT_STORE would look for its store). As torchrun does, a rank gets
 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and, where a host runs several ranks, OMP_NUM_THREADS=1, unless
-the inventory sets them.
+the inventory sets them. A rank of a group across hosts gets GLOO_SOCKET_IFNAME and
+NCCL_SOCKET_IFNAME, its host's interface toward rank 0's host found there at start, unless the
+inventory sets them: gloo would otherwise advertise what the hostname resolves to, loopback on a
+stock Debian or Ubuntu install (gloo.py).
 
 `workers: per_gpu` (the default) runs one rank per GPU and, as under torchrun, every rank of a
 host sees all the host's GPUs: it takes its own by LOCAL_RANK (`torch.cuda.set_device`), which
@@ -26,12 +29,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tfctl.inventory.frameworks import ranks
+from tfctl.inventory.frameworks import gloo, ranks
 from tfctl.inventory.frameworks.interface import Cluster, Handed, Hint, Level
 from tfctl.inventory.model import Job
 from tfctl.inventory.tasks import Place
 
-SHOWN = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+SHOWN = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+         "GLOO_SOCKET_IFNAME")
 
 
 class PyTorch(ranks.Ranks):
@@ -62,6 +66,7 @@ class PyTorch(ranks.Ranks):
         defaults = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
         if r.local_world_size > 1:
             defaults["OMP_NUM_THREADS"] = "1"
+        defaults.update(gloo.interface_defaults(r.coordinator.address, r.addresses))
         return Handed(env=env, env_defaults=defaults)
 
     def judge_imported(self, said: Mapping[str, Any],
@@ -85,8 +90,10 @@ class PyTorch(ranks.Ranks):
                                   "init_process_group(\"gloo\") here (NCCL needs GPUs)"))
         return found
 
+
 def _hints() -> tuple[Hint, ...]:
     return (
+        gloo.LOOPBACK_HINT,
         Hint(re.compile(r"Distributed package doesn't have NCCL built in|ProcessGroupNCCL is "
                         r"only supported with GPUs|NCCL.*no GPUs found"),
              "NCCL needs CUDA GPUs: on a host without them (or with a CPU build of torch) use "

@@ -17,6 +17,7 @@ from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.disk import room_at
 from tfctl.remote.agent.freeports import choose_ports, release
 from tfctl.remote.agent.fwprobe import FW_DISTRIBUTIONS, fw_probe, installed_versions
+from tfctl.remote.agent.netroute import hostname_addresses
 from tfctl.remote.agent.proc import describe_process, is_alive, port_report, user_name
 from tfctl.remote.agent.rundir import expand
 from tfctl.remote.agent.sync import put_files, sync_diff
@@ -68,7 +69,8 @@ def op_probe(req: ProbeRequest) -> ProbeAnswer:
         None if workdir is None else room_at(expand(workdir)), hostname(),
         which("rsync"), user_name(os.getuid()), os.getuid(),
         os.environ.get("TFCTL_CONFIGURED_PYTHON_MISSING") == "1", versions,
-        {name: fw_probe(name, versions, req.fresh) for name in req.ask})
+        {name: fw_probe(name, versions, req.fresh) for name in req.ask},
+        tuple(hostname_addresses()[1]) if req.ask_hostname else ())
 
 
 def op_ports(req: PortsRequest) -> PortsAnswer:

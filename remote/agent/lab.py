@@ -53,6 +53,9 @@ GAP_SAMPLES = 3
 LAB_FOLDER = ".tfctl/lab"
 GPU_QUERY = "index,uuid,memory.used,memory.total,utilization.gpu,name"
 APP_QUERY = "gpu_uuid,pid,used_memory"
+NO_NVIDIA_SMI = "no nvidia-smi on the PATH there"
+"""The answer's `error` of a host without nvidia-smi (a CPU-only host, where the inventory
+says so: remote/lab/view.py)."""
 
 
 # ---------------------------------------------------------------- nvidia-smi, read plainly
@@ -119,7 +122,7 @@ class LabNvsmiReading:
         self.calls: list[Any] = []
         exe = which("nvidia-smi")
         if exe is None:
-            self.error = "no nvidia-smi on the PATH there"
+            self.error = NO_NVIDIA_SMI
             return
         fmt = "--format=csv,noheader,nounits"
         try:

@@ -26,6 +26,7 @@ from tfctl.remote.agent.jsonfile import (
     write_json,
     write_json_when_room,
 )
+from tfctl.remote.agent.netroute import resolve_found_at_start
 from tfctl.remote.agent.proc import proc_stat, signal_name, start_ticks
 from tfctl.remote.agent.rundir import manifest_tasks, task_file
 from tfctl.remote.agent.tasklog import LOG_MAX_BYTES, TaskLog
@@ -113,6 +114,8 @@ def supervise(run_dir: str, run_id: str, task: dict[str, Any], workdir: str) -> 
                                                          LOG_MAX_BYTES))
     slot = reserve_slot(task_file(run_dir, name, ".exit.slot"))  # the end's record, room or not
     _task_log[:] = [log]
+    for line in resolve_found_at_start(env):  # GLOO_SOCKET_IFNAME: what only this host knows
+        _log(line)
     pipe, out = os.pipe()  # `out` stays open here: restarts write to the same pipe
     while True:
         try:

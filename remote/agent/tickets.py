@@ -6,7 +6,7 @@ Its operations are in the table of `optable.py`.
 `tfctl up --when-free` leaves a ticket on each host whose GPUs the job needs: who waits (the
 file's owner), for which GPUs (indices, or a count of free ones), and since when (this host's
 clock, so that every user's tickets on a host are ordered by one clock). The client that waits
-(remote/lab/queue.py) refreshes its tickets' `beat` at every look; a ticket not refreshed for
+(remote/queue/look.py) refreshes its tickets' `beat` at every look; a ticket not refreshed for
 `stale_s` is stale: its waiter is gone (killed, its laptop asleep), and it holds nobody back.
 
 The tickets live in `queue/` inside the claims folder (claims.py), with the same rules: mode

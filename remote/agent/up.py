@@ -33,6 +33,7 @@ from tfctl.remote.agent.claims import claim_run, read_claims
 from tfctl.remote.agent.freeports import release, taken_since
 from tfctl.remote.agent.hostops import choose_from, port_states
 from tfctl.remote.agent.jsonfile import now, write_json
+from tfctl.remote.agent.netroute import hostname_addresses
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of
 from tfctl.remote.agent.runops import op_prepare, op_status, start_states
@@ -71,11 +72,12 @@ def op_up_check(req: UpCheckRequest) -> UpCheck:
         found, warnings = read_claims()  # other users' runs and reservations (claims.py)
         claims = ClaimsAnswer(HostUser(os.getuid(), user_name(os.getuid())), tuple(found),
                               tuple(warnings))
+    name, addresses = hostname_addresses() if req.ask_hostname else (None, [])
     # ports chosen at up are bind-probed and leased (freeports.py)
     return UpCheck(sync, setup, None if gpus is None else str(gpus["stdout"] or ""),
                    port_states(req.ports), claims,
                    choose_from(req.choose) if req.choose else None,
-                   None if gpus is None else gpus["error"])
+                   None if gpus is None else gpus["error"], name, tuple(addresses))
 
 
 def setup_cached(workdir: str, digest: str, inputs: list[str]) -> dict[str, Any]:

@@ -148,6 +148,8 @@ class ProbeRequest(Wire):
     ask_tf: bool = False
     fresh: bool = False
     ask: tuple[str, ...] = ()
+    ask_hostname: bool = False
+    """Also what the host's own name resolves to there (`ProbeAnswer.hostname_addresses`)."""
 
 
 class ProcsRequest(Wire):
@@ -191,6 +193,9 @@ class ProbeAnswer(Wire):
     installed → its version (fwprobe.py)."""
     frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """What each framework the request asked about (`ask`) says of itself (fwprobe.py)."""
+    hostname_addresses: tuple[str, ...] = ()
+    """What `hostname` resolves to there, where the request asked (`ask_hostname`): a
+    loopback address is what gloo would advertise (netroute.py)."""
 
 
 class ListenAnswer(Wire):
@@ -725,6 +730,8 @@ class UpCheckRequest(Wire):
     gpus_script: str | None = None
     ports: tuple[int, ...] = ()
     choose: dict[str, Any] | None = None
+    ask_hostname: bool = False
+    """Also the host's name and what it resolves to there (a JAX job across hosts)."""
 
 
 class UpCheck(Wire):
@@ -747,6 +754,10 @@ class UpCheck(Wire):
     """The free ports for the tasks whose port is chosen at up (None: none asked), as
     op `ports` answers `choose`."""
     gpus_error: str | None = None
+    hostname: str | None = None
+    """The host's name, where the request asked (`ask_hostname`)."""
+    hostname_addresses: tuple[str, ...] = ()
+    """What `hostname` resolves to there (netroute.py)."""
 
 
 class UpGoRequest(Wire):

@@ -32,6 +32,7 @@ from collections import Counter
 
 from tfctl.inventory.errors import InventoryError
 from tfctl.inventory.frameworks import framework_of
+from tfctl.inventory.frameworks.gloo import is_found_at_start
 from tfctl.inventory.model import Inventory, Slurm
 from tfctl.inventory.plan import Plan, Task
 from tfctl.remote.agent.watch import WORKER_GRACE_S
@@ -219,7 +220,10 @@ def _table(plan: Plan, positions: dict[str, tuple[int, ...]]) -> list[str]:
     serving = serving_types(plan)
     computed = ("CUDA_VISIBLE_DEVICES", "TF_CONFIG", *GROUP_ADDRESS_ENV.get(
         inv.job.framework, ()))
-    envs = [[f"{k}={v}" for k, v in t.env.items() if k not in computed] for t in plan.tasks]
+    # A value found on the host at start (GLOO_SOCKET_IFNAME) is the agent's to find: under
+    # Slurm the variable is left to the cluster's own setting.
+    envs = [[f"{k}={v}" for k, v in t.env.items() if k not in computed
+             and not is_found_at_start(v)] for t in plan.tasks]
     common = [e for e in envs[0] if all(e in other for other in envs)]
     lines = [
         "# The tasks, in launch order. NODE: the task's host as a node (0: the allocation's",

@@ -1,27 +1,30 @@
 """The lab's I/O: one agent request per host for `tfctl lab`, the claims for `reserve --list`,
-and reservations made and released (remote/agent/lab.py on the hosts)."""
+and reservations checked, made and released (remote/agent/lab.py on the hosts)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tfctl.remote.connect.fleet import Fleet, FleetResult
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import ReleaseAnswer, ReserveAnswer
-from tfctl.remote.lab.claims import HostClaims, host_claims
+from tfctl.remote.lab.claims import Claim, HostClaims, host_claims
 from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
 
 
 def read_lab(fleet: Fleet, idle_after_s: float = IDLE_AFTER_S,
              sample_s: float | None = None) -> list[HostLab]:
     """Every host of the inventory, in its order: one `lab` request each, in parallel. The idle
-    sampler samples at least four times within `idle_after_s`."""
+    sampler samples at least four times within `idle_after_s`. A host the inventory gives no
+    GPUs is CPU only where nvidia-smi shows none (view.host_lab)."""
     every = sample_s if sample_s is not None else min(10.0, max(1.0, idle_after_s / 4))
     found = fleet.map(lambda t: agentops.lab(t, t.host.workdir, sample_s=every))
     out = []
     for host in fleet.inventory.hosts:
         if host.name in found.succeeded:
-            out.append(host_lab(host.name, found.succeeded[host.name], idle_after_s))
+            out.append(host_lab(host.name, found.succeeded[host.name], idle_after_s,
+                                cpu_only=not host.gpus))
         else:
             out.append(unreachable(host.name, str(found.failed.get(host.name, "no answer"))))
     return out
@@ -34,6 +37,45 @@ def list_claims(fleet: Fleet, hosts: Sequence[str] | None = None
     chosen = [h.name for h in fleet.inventory.hosts if hosts is None or h.name in hosts]
     return ([host_claims(h, found.succeeded[h]) for h in chosen if h in found.succeeded],
             {h: str(e) for h, e in found.failed.items()})
+
+
+def live_reservations(found: Sequence[HostClaims]) -> list[tuple[str, Claim]]:
+    """(host, reservation) of every live reservation, every user's, in the hosts' order."""
+    return [(hc.host, claim) for hc in found for claim in hc.claims
+            if claim.kind == "reservation" and claim.live]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A GPU asked for that another user has reserved."""
+
+    host: str
+    gpu: int
+    claim: Claim
+
+    def words(self) -> str:
+        """`titan: GPU 2 is reserved by bob until … (ICML runs)`."""
+        return f"{self.host}: GPU {self.gpu} is {self.claim.words()}"
+
+
+def first_conflict(found: Sequence[HostClaims], wanted: Mapping[str, Sequence[int]]
+                   ) -> Conflict | None:
+    """The first GPU of `wanted` that another user's live reservation holds, or None."""
+    for hc in found:
+        for claim in hc.theirs():
+            hit = [g for g in wanted.get(hc.host, ()) if g in claim.gpus]
+            if hit and claim.kind == "reservation" and claim.live:
+                return Conflict(hc.host, hit[0], claim)
+    return None
+
+
+def check_reservable(fleet: Fleet, wanted: Mapping[str, Sequence[int]]
+                     ) -> tuple[Conflict | None, dict[str, str]]:
+    """Whether `wanted` may be reserved without `--force`, every host asked before any
+    reserves (all or nothing): the first other user's reservation in the way, and why a host
+    could not say."""
+    found, failed = list_claims(fleet, list(wanted))
+    return (None if failed else first_conflict(found, wanted)), failed
 
 
 def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,

@@ -15,10 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tfctl.remote.agent.lab import NO_NVIDIA_SMI
 from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.lab.claims import Claim, HostClaims, clock, gpu_indices, host_claims
 
-State = Literal["free", "reserved", "held", "error"]
+State = Literal["free", "reserved", "held", "cpu", "error"]
+"""A row's state; `cpu`: a host the inventory gives no GPUs (`gpus: 0`) and nvidia-smi nothing
+to show (none there, or it lists no GPU): CPU only, as it should be, not an error."""
+CPU_ONLY = "CPU only"
 IDLE_AFTER_S = 600.0
 
 
@@ -96,10 +100,18 @@ def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
                   info.get("since"), low_util_s=low_s, idle=idle)
 
 
-def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S) -> HostLab:
-    """One host's `lab` (or `gpu_state`) answer as rows, one per GPU."""
+def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S,
+             cpu_only: bool = False) -> HostLab:
+    """One host's `lab` (or `gpu_state`) answer as rows, one per GPU. `cpu_only`: the
+    inventory gives the host no GPUs (`gpus: 0`), so a host without nvidia-smi, or whose
+    nvidia-smi lists no GPU, is one row `cpu` ("CPU only"); where the inventory selects GPUs
+    that is an error. A host with GPUs shows them whatever the inventory says (the lab is
+    every user's)."""
     found = host_claims(host, answer)
     gpus = answer.gpus
+    if cpu_only and not gpus and answer.error in (None, NO_NVIDIA_SMI):
+        row = LabRow(host, None, "cpu")
+        return HostLab(host, (row,), found, found.warnings)
     if answer.error or not gpus:
         row = LabRow(host, None, "error", error=str(answer.error or "nvidia-smi lists no GPUs"))
         return HostLab(host, (row,), found, found.warnings)
@@ -150,6 +162,9 @@ def row_cells(row: LabRow) -> dict[str, str]:
              "note": ""}
     if row.error:
         cells["what"] = row.error
+        return cells
+    if row.state == "cpu":
+        cells["what"] = CPU_ONLY
         return cells
     if row.utilization_pct is not None:
         cells["util"] = f"{row.utilization_pct:.0f} %"

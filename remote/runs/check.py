@@ -6,7 +6,9 @@ framework says there (TensorFlow: its version, the GPUs it sees; `Framework.judg
 process on the GPUs the plan assigns; every task port free; and every other host able to reach
 this host's task ports (temporary listeners, then connects from every peer, to the names the
 cluster spec gives), which is what a firewall between lab machines breaks, and what a name the
-hosts cannot resolve (an ssh alias, say) breaks before any firewall is involved.
+hosts cannot resolve (an ssh alias, say) breaks before any firewall is involved. For a job of
+ranks across hosts (torch, jax), each host whose own name resolves to loopback, which gloo
+would advertise, and what tfctl does about it (inventory/frameworks/gloo.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfctl.inventory.frameworks import framework_of
+from tfctl.inventory.frameworks.gloo import LOOPBACK_SENSITIVE, judge_hostname
 from tfctl.inventory.frameworks.interface import Level, host_port
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.plan import Plan
@@ -54,7 +57,9 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     inv = plan.inventory
     framework = framework_of(inv.job)
     reports = {h.name: HostReport(h.name) for h in inv.hosts}
-    probes = fleet.map(lambda t: _probe(t, framework.asks_host))
+    spread = len(plan.hosts_used)  # a group of ranks across hosts: gloo must not see loopback
+    ask_hostname = inv.job.framework in LOOPBACK_SENSITIVE and spread > 1
+    probes = fleet.map(lambda t: _probe(t, framework.asks_host, ask_hostname))
     for name, exc in probes.failed.items():
         reports[name].add("fail", str(exc.what) if isinstance(exc, HostUnreachable) else exc.full())
     for name, (probe, gpu_indices) in probes.succeeded.items():
@@ -65,6 +70,9 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
             reports[name].add(level, text)
         for level, text in framework.judge_import(probe, inv.host(name).gpus, inv.job):
             reports[name].add(level, text)
+        if name in plan.hosts_used:
+            for level, text in judge_hostname(probe, inv.job.framework, spread):
+                reports[name].add(level, text)
     reachable = [n for n in probes.succeeded]
     busy, now = _check_ports(fleet, plan, reachable, reports)
     _check_gpus_free(fleet, plan, reachable, reports)
@@ -72,12 +80,15 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
     return [reports[h.name] for h in inv.hosts]
 
 
-def _probe(t: Transport, asks: tuple[str, ...]) -> tuple[dict[str, Any], list[int] | None]:
+def _probe(t: Transport, asks: tuple[str, ...],
+           ask_hostname: bool = False) -> tuple[dict[str, Any], list[int] | None]:
     """The host's probe as data (the framework's judges, in inventory/, read it by key), asking
     what the framework asks (`Framework.asks_host`: "tensorflow", or another framework's name,
-    agent fwprobe.py), and the GPU indices nvidia-smi lists there (None: no nvidia-smi)."""
+    agent fwprobe.py) and, where `ask_hostname`, what the host's name resolves to there; and
+    the GPU indices nvidia-smi lists there (None: no nvidia-smi)."""
     probe = agentops.probe(t, t.host.workdir, ask_tf="tensorflow" in asks,
-                           ask=tuple(a for a in asks if a != "tensorflow"))
+                           ask=tuple(a for a in asks if a != "tensorflow"),
+                           ask_hostname=ask_hostname)
     gpus: list[int] | None = None
     if probe.nvidia_smi:
         res = t.run("nvidia-smi --query-gpu=index --format=csv,noheader", timeout_s=20)

@@ -50,8 +50,9 @@ def is_error_line(line: str) -> bool:
     return bool(_EXCEPTION.search(line) or _TF_STATUS.search(line) or _OTHER.search(line))
 
 
-def explain(tail: Sequence[str], keep: int = 5) -> Failure:
-    """The `keep` most telling lines of `tail`, in log order, and the hint for the failure.
+def explain(tail: Sequence[str], keep: int = 5, framework: str | None = None) -> Failure:
+    """The `keep` most telling lines of `tail`, in log order, and the hint for the failure
+    (the hints of `framework`, the job's, first: `known_hints`).
 
     Error lines win over everything; then plain lines (what the program printed); stack frames
     and the code lines under them only when nothing else is left.
@@ -64,7 +65,8 @@ def explain(tail: Sequence[str], keep: int = 5) -> Failure:
     if more is not None:
         chosen.add(more)  # where the exception's message goes on
     text = "\n".join(lines)
-    hint = next((h.advice for h in HINTS if h.pattern.search(text)), None)
+    hints = HINTS if framework is None else known_hints(framework)
+    hint = next((h.advice for h in hints if h.pattern.search(text)), None)
     headline = None
     if head is not None:
         headline = lines[head].strip()

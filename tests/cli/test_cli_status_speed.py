@@ -7,8 +7,8 @@ import pytest
 
 from tests.support.speed_lines import SPEED_LINES
 from tfctl.remote.runs.status import RunStatus, TaskStatus
+from tfctl.tui.cli.lifecycle import _task_json
 from tfctl.tui.cli.output import status_table, task_speed
-from tfctl.tui.cli.run import _task_json
 
 
 @pytest.mark.parametrize(("line", "patterns", "value"), SPEED_LINES)

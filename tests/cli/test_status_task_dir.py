@@ -17,8 +17,8 @@ from tfctl.remote.connect.session import agentops
 from tfctl.remote.runs.status import RunStatus, TaskStatus, task_from_agent
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.widgets.tasks import header_text, row_text
+from tfctl.tui.cli.lifecycle import _task_json
 from tfctl.tui.cli.output import directories_line, status_table
-from tfctl.tui.cli.run import _task_json
 
 
 def _host(tmp_path: Path) -> Host:

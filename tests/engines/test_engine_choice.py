@@ -89,7 +89,7 @@ def test_up_starts_on_the_engine_on_names(inventory_path: Path, on: str) -> None
 
 def test_up_on_takes_every_engines_name_and_no_other_word() -> None:
     from tfctl.remote.engines.choice import ON, ON_ALSO
-    from tfctl.tui.cli.run import up
+    from tfctl.tui.cli.lifecycle import up
 
     on = next(p for p in up.params if p.name == "on")
     assert isinstance(on.type, click.Choice) and on.default == ON[0]

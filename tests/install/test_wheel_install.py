@@ -142,7 +142,7 @@ def test_the_wheel_and_the_sdist_hold_every_module_and_data_file_of_the_tree(
     assert not modules - want, f"the wheel has what the tree does not: {sorted(modules - want)}"
     assert {n.split("/", 1)[0] for n in names} == {"tfctl", dist_info}  # no tests/, no top-level
     assert "Name: tfctl-lab\n" in metadata and f"Version: {built.version}\n" in metadata
-    assert "tfctl = tfctl.tui.cli.main:run" in entry_points
+    assert "tfctl = tfctl.tui.entry:run" in entry_points
     with tarfile.open(built.sdist) as sdist:
         top = f"{DISTRIBUTION}-{built.version}"
         in_sdist = {m.name.removeprefix(f"{top}/") for m in sdist.getmembers() if m.isfile()}

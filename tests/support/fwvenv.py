@@ -10,7 +10,9 @@ is started again, never used half-made).
 
 PyTorch is pinned exactly: `torch==2.13.0` takes the CPU wheel this machine's pip finds among its
 local wheels (`2.13.0+cpu` sorts above the registry's `2.13.0`), where any other spec takes the
-default Linux wheel, which pulls the CUDA libraries (several GB). `--no-compile`: pip would
+default Linux wheel, which pulls the CUDA libraries (several GB). PyTorch Lightning (the
+`pytorch-lightning` package, Lightning's trainer alone) asks only `torch>=2.1.0`, which the pinned
+wheel meets, so it pulls no other torch. `--no-compile`: pip would
 compile every module of torch and jaxlib (thousands) at install; the tests compile the few they
 import. Measured here: about 1.3 GB, 1 to 4 minutes (README: Tests).
 """
@@ -26,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-REQUIREMENTS = ("torch==2.13.0", "jax==0.10.2", "jaxlib==0.10.2", "keras==3.15.1")
+REQUIREMENTS = ("torch==2.13.0", "pytorch-lightning==2.6.6", "jax==0.10.2", "jaxlib==0.10.2",
+                "keras==3.15.1")
 PYTHON = (3, 11)
 """The Python the local CPU wheel of torch is built for (cp311)."""
 BUILD_TIMEOUT_S = 1500

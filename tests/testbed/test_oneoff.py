@@ -99,6 +99,59 @@ def test_a_one_off_run_takes_a_free_gpu_and_is_a_run_like_any_other(
             tfctl(inv, "down", "--run", run_id, "--grace", "1")
 
 
+def test_a_job_that_says_only_what_to_sync_serves_run_and_plans_nothing(
+        gpu_testbed: Testbed, tmp_path: Path) -> None:
+    """`job: {sync: {source: ./src}}`: `run` syncs ./src and runs CMD there; `plan` and `up`
+    refuse it as they refuse any job without a script, starting nothing."""
+    inv = gpu_testbed.write_inventory(tmp_path / "cluster.yaml", {"sync": {"source": "./src"}},
+                                      hosts=["h1"], gpus={"h1": [0, 1]}, ps={"h1": 0})
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "x.py").write_text(SCRIPT)
+    for command in ("plan", "up"):
+        refused = tfctl(inv, command)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr == (f"error: {inv}:{_line_of(inv, 'job:')}: job.script: this key "
+                                  "is required — add `script: train.py` (relative to the synced "
+                                  "folder)\n"), refused.stderr
+    said = _json(tfctl(inv, "run", "--gpus", "1", "--json", "--", "python", "x.py", "0"))
+    run_id = said["run_id"]
+    try:
+        assert [(p["state"], p["host"], p["gpus"]) for p in said["points"]] == [
+            ("started", "h1", [0])]
+        waited = tfctl(inv, "wait", "--run", run_id)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        logs = tfctl(inv, "logs", "--run", run_id)
+        assert "on GPU 0 ['0']" in logs.stdout, logs.stdout + logs.stderr
+    finally:
+        tfctl(inv, "down", "--run", run_id, "--grace", "1")
+
+
+def test_lab_says_cpu_only_of_a_host_without_gpus_and_an_error_where_gpus_are_selected(
+        gpu_testbed: Testbed, tmp_path: Path) -> None:
+    """h3 has no nvidia-smi: with `gpus: 0` it is CPU only, as the inventory says; where the
+    inventory selects GPUs there, the missing nvidia-smi is an error."""
+    for gpus, state, what in ((0, "cpu", "CPU only"),
+                              ([0], "error", "no nvidia-smi on the PATH there")):
+        inv = gpu_testbed.write_inventory(tmp_path / f"{state}.yaml", FOREVER, hosts=["h1", "h3"],
+                                          gpus={"h1": [0], "h3": gpus}, ps={"h1": 0, "h3": 0})
+        listed = tfctl(inv, "lab", "--json")
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        rows = {(r["host"], r["gpu"]): r for r in json.loads(listed.stdout)}
+        assert (rows[("h3", None)]["state"], rows[("h3", None)]["error"]) == (
+            state, None if state == "cpu" else what)
+        assert rows[("h1", 0)]["state"] == "free" and rows[("h1", 1)]["state"] == "free"
+        table = tfctl(inv, "lab", env={"COLUMNS": "200"})
+        assert table.returncode == 0, table.stdout + table.stderr
+        (h3,) = [line for line in table.stdout.splitlines() if line.startswith("h3")]
+        assert state in h3 and what in h3, table.stdout
+
+
+def _line_of(path: Path, text: str) -> int:
+    """The 1-based line of `path` that starts with `text`."""
+    lines = path.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.startswith(text))
+
+
 def test_a_sweep_runs_a_point_per_free_gpu_and_queues_the_rest(
         gpu_testbed: Testbed, tmp_path: Path, queue_env: dict[str, str]) -> None:
     inv = _inventory(gpu_testbed, tmp_path, ["h1", "h2", "h3"])  # h3: no nvidia-smi
@@ -157,7 +210,7 @@ def test_down_stops_a_sweeps_running_points_and_cancels_its_waiting_ones(
     assert f"sweep {sweep}: 2 point runs stopped or ended, 1 waiting points cancelled" \
         in down.stdout
     assert not any(processes_of_run(p["run_id"]) for p in points[:2])
-    assert not Path(f"/proc/{waiter}/cmdline").exists() or b"sweep" not in Path(
+    assert not Path(f"/proc/{waiter}/cmdline").exists() or f"{sweep}.json".encode() not in Path(
         f"/proc/{waiter}/cmdline").read_bytes()
     assert not any(gpu_testbed.claims_dir("h1").glob("*.json"))  # claims and tickets gone
     assert not any(gpu_testbed.claims_dir("h1").joinpath("queue").glob("*.json"))

@@ -1,5 +1,6 @@
 """`tfctl up --when-free` on the lab shared by two users: first come, first served, each job
-after the previous one's run ended, with the terminals that queued them closed meanwhile.
+after the previous one's run ended, with the terminals that queued them closed meanwhile; and a
+start that lost a race for its GPUs, which waits again.
 
 alice and bob (tests/support/testbed/users.py: real Unix users with their own keys and inventories)
 both want h1's GPU 0, which carol holds by hand; each queues from a terminal (a tmux session) that
@@ -22,10 +23,10 @@ import pytest
 
 from tests.support.testbed.testbed import Testbed
 from tests.support.testbed.users import ALICE, BOB, CAROL, LabUser, can_add_users
-from tests.support.testbedtools import tfctl, user_inventory, wait_until
+from tests.support.testbedtools import FOREVER, job_dir, tfctl, user_inventory, wait_until
 from tests.support.tmuxpane import Pane
 
-pytestmark = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
+needs_users = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
 
 
 def _client(testbed: Testbed, user: LabUser, folder: Path) -> tuple[Path, dict[str, str]]:
@@ -62,6 +63,7 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+@needs_users
 def test_two_users_jobs_start_first_come_first_served(
     shared_testbed: Testbed, tmp_path: Path
 ) -> None:
@@ -133,6 +135,7 @@ def test_two_users_jobs_start_first_come_first_served(
             os.kill(carol, signal.SIGKILL)
 
 
+@needs_users
 def test_cancel_stops_the_waiter_and_removes_its_tickets(
     shared_testbed: Testbed, tmp_path: Path
 ) -> None:
@@ -174,3 +177,80 @@ def test_cancel_stops_the_waiter_and_removes_its_tickets(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(carol, signal.SIGKILL)
+
+
+def test_a_start_that_lost_its_gpus_waits_again_through_the_value(
+    gpu_testbed: Testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiter's loop, in this process (remote/queue/waiter.py), over a real look and a real
+    start: between the look that says the job's turn has come and its `up`, another user's
+    process takes GPU 0 (the race). The start answers with a lost race (`UpStart.lost`, a
+    `GpusBusy`: nothing started), the job waits again in its place while GPU 0 is held, and it
+    starts once the GPU is free."""
+    from tfctl.remote.connect.transport import SshOptions
+    from tfctl.remote.controller import RunController
+    from tfctl.remote.errors import GpusBusy
+    from tfctl.remote.queue import record as store
+    from tfctl.remote.queue.enqueue import Origin
+    from tfctl.remote.queue.ids import new_queued_id
+    from tfctl.remote.queue.tickets import Want, put
+    from tfctl.remote.queue.upstart import UpRequest
+    from tfctl.remote.queue.waiter import Looked, Stop, UpWaiting, wait
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    inv_path = gpu_testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER,
+                                           hosts=["h1"], gpus={"h1": [0]}, ps={"h1": 0})
+    monkeypatch.chdir(inv_path.parent)
+    origin = Origin(str(inv_path), None, SshOptions())
+    job = origin.job(new_queued_id(), "race", {"h1": Want((0,))}, 600,
+                     up_args=UpRequest(sync=True, start_timeout_s=60).to_args())
+    job.poll_s = 0.5
+    store.write(job)
+    with job.fleet() as fleet:
+        assert not put(fleet, job.id, job.job, job.wants, job.client).failed
+    holders: list[int] = []
+    looks: list[Looked] = []
+
+    class Raced(UpWaiting):
+        """The job's own look and start; after its first look, someone takes GPU 0; after
+        the look that sees them hold it, they let go."""
+
+        def look(self, fleet: Any, say: Any) -> Looked:
+            looked = super().look(fleet, say)
+            looks.append(looked)
+            if len(looks) == 1:
+                assert looked.may_start, looked
+                holders.append(gpu_testbed.start_on_gpu("h1", 0))
+            elif holders and not looked.may_start:
+                assert f"pid {holders[0]}" in looked.why, looked.why
+                os.kill(holders.pop(), signal.SIGKILL)
+            return looked
+
+    said: list[str] = []
+    waiting = Raced(job)
+    run_id = None
+    try:
+        state = wait(job, Stop(), said.append, waiting)
+        run_id = waiting.run_id
+        first, last = waiting.outcomes[0], waiting.outcomes[-1]
+        assert isinstance(first.lost, GpusBusy) and first.run_id is None, first
+        assert first.error is None
+        assert "lost its GPUs to another job just now: waiting again" in said
+        assert any(not looked.may_start for looked in looks[1:])  # it waited again
+        assert state == "started" and last.run_id is not None and run_id == last.run_id
+        ended = store.read(job.id)
+        assert ended is not None
+        assert (ended.state, ended.run_id) == ("started", run_id)
+        (claim,) = gpu_testbed.claims_dir("h1").glob(f"*.run.{run_id}.json")
+        assert json.loads(claim.read_text())["gpus"] == [0]
+        assert not any(gpu_testbed.claims_dir("h1").joinpath("queue").glob("*.json"))
+    finally:
+        for pid in holders:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if run_id is not None:
+            from tfctl.inventory.load import load_inventory
+
+            with RunController(load_inventory(inv_path)) as controller:
+                controller.select_run(run_id, hosts=("h1",))
+                controller.down(1.0)

@@ -201,10 +201,11 @@ def fuzz_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def load_outcome(path: Path) -> InventoryError | None:
     """The error `tfctl plan` must print for `path`: the loader's, or, for a file that loads
-    without `job:` (it serves `tfctl run`), the plan's refusal naming `job`."""
+    without `job:` or without `job.script` (it serves `tfctl run`), the plan's refusal naming
+    `job` or `job.script`."""
     try:
         inv = load_inventory(path)
-        if not inv.job_written:
+        if not inv.job_written or not inv.job.script:
             make_plan(inv)
     except InventoryError as exc:
         return exc

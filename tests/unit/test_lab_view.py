@@ -90,10 +90,32 @@ def test_a_claimed_gpu_is_held_before_its_process_is_on_it() -> None:
     assert row.state == "held" and row.holders[0].run_id == "r-a"
 
 
-def test_a_host_without_gpus_or_answer_is_one_row() -> None:
-    found = host_lab("cpu", _answer(gpus=[], error="no nvidia-smi on the PATH there"))
-    assert [(r.index, r.state, r.error) for r in found.rows] == [
-        (None, "error", "no nvidia-smi on the PATH there")]
+NO_SMI = "no nvidia-smi on the PATH there"
+FAILED = "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate with the driver"
+
+
+@pytest.mark.parametrize(("cpu_only", "gpus", "error", "state", "what"), [
+    # the inventory gives the host no GPUs (`gpus: 0`): nothing to show is as it should be
+    (True, 0, NO_SMI, "cpu", "CPU only"),
+    (True, 0, None, "cpu", "CPU only"),  # nvidia-smi there, listing no GPU
+    (True, 0, FAILED, "error", FAILED),  # a driver that fails is still said
+    (True, 2, None, "free", ""),  # a host with GPUs shows them: the lab is every user's
+    # the inventory selects GPUs there: none to see is an error
+    (False, 0, NO_SMI, "error", NO_SMI),
+    (False, 0, None, "error", "nvidia-smi lists no GPUs"),
+    (False, 0, FAILED, "error", FAILED),
+])
+def test_a_host_without_gpus_is_cpu_only_where_the_inventory_says_so(
+        cpu_only: bool, gpus: int, error: str | None, state: str, what: str) -> None:
+    listed = [{"index": i, "uuid": f"GPU-{i}", "name": "TITAN X", "memory_used_mib": 5.0,
+               "memory_total_mib": 12288.0, "utilization_pct": 0.0} for i in range(gpus)]
+    found = host_lab("box", _answer(gpus=listed, error=error, claims=[], apps=[], procs={}),
+                     cpu_only=cpu_only)
+    first = found.rows[0]
+    assert (len(found.rows), first.state, row_cells(first)["what"]) == (max(gpus, 1), state, what)
+    assert row_json(first)["state"] == state
+    assert row_json(first)["error"] == (error or "nvidia-smi lists no GPUs"
+                                        if state == "error" else None)
 
 
 def test_blocking_is_another_users_live_claim_on_the_gpus_asked() -> None:

@@ -1,6 +1,6 @@
 """One-off commands and sweeps as data (inventory/oneoff.py): the points of `--each`, the plan of
 one point, its manifest; where points go now, first come first served with every user's tickets
-(remote/lab/points.py)."""
+(remote/queue/points.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from tfctl.inventory.oneoff import (
 )
 from tfctl.inventory.plan import make_plan
 from tfctl.remote.lab.freegpus import HostFree
-from tfctl.remote.lab.points import HostView, place_points
-from tfctl.remote.lab.queue import Ticket, Want
+from tfctl.remote.queue.points import place_points
+from tfctl.remote.queue.tickets import Ticket, Want
+from tfctl.remote.queue.turn import HostView
 from tfctl.remote.runs.endrule import deciders
 from tfctl.remote.runs.up.manifest import host_manifest
 

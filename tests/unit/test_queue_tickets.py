@@ -1,5 +1,5 @@
 """Queue tickets (remote/agent/tickets.py) on this machine's real filesystem, other users'
-files read without trusting them, and whose turn it is (remote/lab/queue.py), table-tested."""
+files read without trusting them, and whose turn it is (remote/queue/turn.py), table-tested."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tfctl.remote.agent import tickets
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.vocab import GpuStateRequest, TicketDropAnswer, TicketRequest
 from tfctl.remote.lab.freegpus import HostFree
-from tfctl.remote.lab.queue import Ticket, Want, judge_host, ticket_of
+from tfctl.remote.queue.tickets import Ticket, Want, ticket_of
+from tfctl.remote.queue.turn import HostView, host_turn
 
 ME = user_name(os.getuid()) or str(os.getuid())
 NOBODY = 65534
@@ -139,10 +140,10 @@ BUSY0 = HostFree("h1", (1, 2, 3), ("GPU 0: held by carol (pid 42 sleep 300)",), 
     ([_t("a", "alice", 1, 1.0, gpus=(7,))], FREE, Want((7,)), False, 1,
      "GPU 7: not on this host"),
 ])
-def test_judge_host_first_come_first_served(line: list[Ticket], free: HostFree, want: Want,
-                                            ready: bool, position: int | None,
-                                            why: str) -> None:
-    turn = judge_host("h1", "a", 1, want, free, line)
+def test_host_turn_first_come_first_served(line: list[Ticket], free: HostFree, want: Want,
+                                           ready: bool, position: int | None,
+                                           why: str) -> None:
+    turn = host_turn(HostView("h1", free, tuple(line), 1), "a", want)
     assert (turn.ready, turn.position, turn.why) == (ready, position, why)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import sys
 import time
+import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -45,25 +48,73 @@ def demo(ui: bool | None, steps: int, directory: Path | None) -> None:
     _say(f"{setup.dir}: {what}; inventory {setup.inventory}")
     controller = RunController(load_inventory(setup.inventory))
     use_ui = sys.stdout.isatty() if ui is None else ui
-    # SIGTERM (e.g. from a CI timeout) gets the same clean stop as Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     code = EXIT_FAILED
     started = time.monotonic()
+    ending = DemoEnding()
     try:
-        controller.up(UpOptions(sync=False), _say)
-        _say(f"run {controller.run_id} is up")
-        if use_ui:
-            from tfctl.tui.cli.ui import run_app
+        with ending.installed():
+            controller.up(UpOptions(sync=False), _say)
+            _say(f"run {controller.run_id} is up")
+            if use_ui:
+                from tfctl.tui.cli.ui import run_app
 
-            run_app(controller)
-        code = _follow_until_done(controller)
-        _report(controller, setup.train_dir, time.monotonic() - started)
-    except KeyboardInterrupt:
-        _say("interrupted")
+                run_app(controller, ends_on=ENDING_SIGNALS)
+            code = _follow_until_done(controller)
+            _report(controller, setup.train_dir, time.monotonic() - started)
+    except KeyboardInterrupt as exc:
+        _say(f"interrupted ({exc})" if str(exc) else "interrupted")
         code = EXIT_INTERRUPTED
     finally:
-        _clean_down(controller)
+        with ending.deferred():
+            _clean_down(controller)
     sys.exit(code)
+
+
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""How a demo's terminal ends it: Ctrl-C, a kill (a CI timeout), the terminal closed."""
+
+
+class DemoEnding:
+    """Ctrl-C, SIGTERM and SIGHUP end the demo as one: a KeyboardInterrupt (the dashboard, if
+    shown, is ended as `q` ends it: ui.run_app), then its clean stop, which no later signal
+    cuts short: every process the demo started (parameter server, workers, TensorBoard, the
+    hosts' watchers) is stopped before it exits. SIGHUP (its terminal closed, its tmux server
+    killed) first turns its output to /dev/null, where writes no longer fail. A signal the demo
+    was started with ignored (`nohup tfctl demo`) stays ignored."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.previous: dict[int, Any] = {}
+
+    def on_signal(self, signum: int, frame: types.FrameType | None) -> None:
+        from tfctl.tui.cli.interrupts import silence_terminal
+
+        if signum == signal.SIGHUP:
+            silence_terminal()
+        if not self.stopping:
+            self.stopping = True
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The demo's handlers, over the signals not ignored, kept for its clean stop."""
+        for sig in ENDING_SIGNALS:
+            was = signal.getsignal(sig)
+            if was != signal.SIG_IGN:
+                self.previous[sig] = was
+                signal.signal(sig, self.on_signal)
+        yield
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """While the demo stops what it started: a signal is taken (SIGHUP's output silenced)
+        and changes nothing; then the handlers the demo found are back."""
+        self.stopping = True
+        try:
+            yield
+        finally:
+            for sig, was in self.previous.items():
+                signal.signal(sig, was)
 
 
 def _follow_until_done(controller: RunController) -> int:

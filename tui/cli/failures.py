@@ -27,10 +27,12 @@ def failed_first(tasks: Sequence[TaskStatus]) -> TaskStatus | None:
     return min(failed, key=lambda it: (it[1].ended_at is None, it[1].ended_at or 0.0, it[0]))[1]
 
 
-def task_story(task: TaskStatus, first: bool = False, keep: int = TAIL_LINES) -> list[str]:
+def task_story(task: TaskStatus, first: bool = False, keep: int = TAIL_LINES,
+               framework: str | None = None) -> list[str]:
     """`worker:0 on h1 exited 1; its log says:`, its telling lines (`  worker:0 | ...`) and
-    `  hint: ...` when the failure is a known one. `first`: it says `failed first (...)`."""
-    failure = explain(task.last_lines, keep=keep)
+    `  hint: ...` when the failure is a known one (`framework`'s, the job's, first). `first`:
+    it says `failed first (...)`."""
+    failure = explain(task.last_lines, keep=keep, framework=framework)
     how = f"failed first ({task.describe()})" if first else task.describe()
     lines = [f"{task.name} on {task.host} {how}; its log says:" if failure.lines
              else f"{task.name} on {task.host} {how}; its log is empty"]
@@ -40,10 +42,11 @@ def task_story(task: TaskStatus, first: bool = False, keep: int = TAIL_LINES) ->
     return lines
 
 
-def story_json(task: TaskStatus | None, keep: int = TAIL_LINES) -> dict[str, Any] | None:
+def story_json(task: TaskStatus | None, keep: int = TAIL_LINES,
+               framework: str | None = None) -> dict[str, Any] | None:
     """`{task, host, state, lines, hint}` of the task that failed first, or None."""
     if task is None:
         return None
-    failure = explain(task.last_lines, keep=keep)
+    failure = explain(task.last_lines, keep=keep, framework=framework)
     return {"task": task.name, "host": task.host, "state": task.describe(),
             "exit_code": task.exit_code, "lines": list(failure.lines), "hint": failure.hint}

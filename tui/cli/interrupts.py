@@ -2,7 +2,7 @@
 started, say what was stopped (and why, in the run's record) and exit 130; once it is up
 (`up --wait`), leave the run running.
 
-`rollback_on_interrupt` wraps `up`'s whole sequence (tui/cli/run.py); `UpGuard` is what the
+`rollback_on_interrupt` wraps `up`'s whole sequence (tui/cli/lifecycle.py); `UpGuard` is what the
 signal handler knows of how far `up` got: the run id the hooks were told (`CliUpHooks.run_id`)
 and whether the run is up (`is_up`, set by `up` once it said so).
 """

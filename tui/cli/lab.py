@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tfctl.remote.lab.view import HostLab
 
 COLUMNS = ("host", "gpu", "state", "who", "what", "since", "util", "mem", "note")
-STATE_STYLE = {"free": "green", "reserved": "yellow", "held": "red", "error": "red"}
+STATE_STYLE = {"free": "green", "reserved": "yellow", "held": "red", "cpu": "dim", "error": "red"}
 
 
 def _usage(text: str) -> None:
@@ -163,60 +163,70 @@ def reserve(ctx: click.Context, targets: tuple[str, ...], for_: str | None, note
       tfctl reserve --list
       tfctl reserve --list --json | jq '.[] | select(.user == "alice")'
     """
-    from tfctl.remote.controller import RunController
-    from tfctl.remote.lab.claims import clock
-    from tfctl.remote.lab.ops import list_claims
-    from tfctl.remote.lab.ops import reserve as reserve_on
-
-    c = obj(ctx)
     if list_:
         if targets or for_:
             _usage("--list takes no HOST:GPUS and no --for")
-        with RunController(c.load(), c.ssh_options()) as controller:
-            found, failed = list_claims(controller.fleet)
-        rows = [(hc.host, claim) for hc in found for claim in hc.claims
-                if claim.kind == "reservation" and claim.live]
-        if as_json:
-            click.echo(json.dumps([{"host": h, "gpus": list(r.gpus), "user": r.user,
-                                    "since": r.since_s, "until": r.until_s, "note": r.note}
-                                   for h, r in rows], indent=2))
-        elif not rows:
-            click.echo("no reservations")
-        for h, r in rows if not as_json else ():
-            gpus = ",".join(map(str, r.gpus))
-            click.echo(f"{h}:{gpus}  {r.user}  until {clock(r.until_s)}"
-                       + (f"  {r.note}" if r.note else ""))
-        for hc in found:
-            for w in hc.warnings:
-                warn(w)
-        for host, error in failed.items():
-            click.secho(f"error: {error}" if error.startswith(host) else f"error: {host}: "
-                        f"{error}", fg="red", err=True)
-        if failed:
-            sys.exit(EXIT_FAILED)
+        _list_reservations(ctx, as_json)
         return
     if not targets:
         _usage("name the GPUs to reserve as HOST:GPUS (e.g. titan:2,3), or give --list")
     if not for_:
         _usage("say for how long with --for (e.g. --for 3d)")
-    seconds = _duration(str(for_), "--for")
+    _reserve(ctx, targets, _duration(str(for_), "--for"), note, force, as_json)
+
+
+def _list_reservations(ctx: click.Context, as_json: bool) -> None:
+    """`reserve --list`: every user's live reservations."""
+    from tfctl.remote.controller import RunController
+    from tfctl.remote.lab.claims import clock
+    from tfctl.remote.lab.ops import list_claims, live_reservations
+
+    c = obj(ctx)
+    with RunController(c.load(), c.ssh_options()) as controller:
+        found, failed = list_claims(controller.fleet)
+    rows = live_reservations(found)
+    if as_json:
+        click.echo(json.dumps([{"host": h, "gpus": list(r.gpus), "user": r.user,
+                                "since": r.since_s, "until": r.until_s, "note": r.note}
+                               for h, r in rows], indent=2))
+    elif not rows:
+        click.echo("no reservations")
+    for h, r in rows if not as_json else ():
+        gpus = ",".join(map(str, r.gpus))
+        click.echo(f"{h}:{gpus}  {r.user}  until {clock(r.until_s)}"
+                   + (f"  {r.note}" if r.note else ""))
+    for hc in found:
+        for w in hc.warnings:
+            warn(w)
+    for host, error in failed.items():
+        click.secho(f"error: {error}" if error.startswith(host) else f"error: {host}: "
+                    f"{error}", fg="red", err=True)
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
+def _reserve(ctx: click.Context, targets: Sequence[str], seconds: float, note: str | None,
+             force: bool, as_json: bool) -> None:
+    """Reserve `targets` for `seconds`; without `force`, nothing where another user's
+    reservation holds one of them (the library's check, every host asked first)."""
+    from tfctl.remote.controller import RunController
+    from tfctl.remote.lab.claims import clock
+    from tfctl.remote.lab.ops import check_reservable
+    from tfctl.remote.lab.ops import reserve as reserve_on
+
     inv, wanted = _targets(ctx, targets)
     until = time.time() + seconds
-    with RunController(inv, c.ssh_options()) as controller:
-        if not force:  # every host checked before any reserves: all or nothing
-            found, failed = list_claims(controller.fleet, list(wanted))
+    with RunController(inv, obj(ctx).ssh_options()) as controller:
+        if not force:
+            conflict, failed = check_reservable(controller.fleet, wanted)
             if failed:
                 error = next(iter(failed.values()))
                 click.secho(f"error: {error}: nothing was reserved", fg="red", err=True)
                 sys.exit(EXIT_FAILED)
-            for hc in found:
-                for claim in hc.theirs():
-                    hit = [g for g in wanted[hc.host] if g in claim.gpus]
-                    if hit and claim.kind == "reservation" and claim.live:
-                        click.secho(f"error: {hc.host}: GPU {hit[0]} is {claim.words()}: nothing"
-                                    " was reserved (`--force` reserves it anyway)", fg="red",
-                                    err=True)
-                        sys.exit(EXIT_FAILED)
+            if conflict is not None:
+                click.secho(f"error: {conflict.words()}: nothing was reserved (`--force` "
+                            "reserves it anyway)", fg="red", err=True)
+                sys.exit(EXIT_FAILED)
         done = reserve_on(controller.fleet, wanted, until, note, force)
     out = []
     for host, answer in done.succeeded.items():

@@ -56,7 +56,7 @@ def logs(ctx: click.Context, tasks: tuple[str, ...], follow: bool, n_lines: int,
       tfctl logs -f --json | jq -r 'select(.task == "worker:0") | .line'
     """
     from tfctl.remote.controller import RunController
-    from tfctl.tui.cli.run import _one_line_errors
+    from tfctl.tui.cli.lifecycle import _one_line_errors
 
     c = obj(ctx)
     with RunController(c.load(), c.ssh_options()) as controller, _one_line_errors(as_json):

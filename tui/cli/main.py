@@ -49,8 +49,15 @@ class TfctlGroup(click.Group):
         return with_global_options(_lazy_command(*COMMANDS[name]))
 
     def invoke(self, ctx: click.Context) -> Any:
-        terminate_as_interrupt()
+        """The command run, its Ctrl-C a KeyboardInterrupt, ending it with `interrupted` and exit
+        130. Started by tfctl's program (tui/entry.py, which then holds SIGINT quiet until
+        here), SIGINT is quiet again once the command has returned; run in process (a test's
+        CliRunner) it is left alone."""
+        entry = sys.modules.get("tfctl.tui.entry")  # imported only by the program: no cycle
+        taken = False
         try:
+            taken = entry is not None and entry.give_sigint_back()
+            terminate_as_interrupt()
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             click.echo(f"interrupted ({exc})" if str(exc) else "interrupted", err=True)
@@ -65,6 +72,9 @@ class TfctlGroup(click.Group):
                 raise
             click.secho(f"error: {_message(exc)}", fg="red", err=True)
             sys.exit(code)
+        finally:
+            if taken and entry is not None:
+                entry.take_sigint()
 
 
 def terminate_as_interrupt() -> None:
@@ -278,13 +288,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("tfctl.tui.cli.plan", "export"),
     "init": ("tfctl.tui.cli.init", "init"),
     "check": ("tfctl.tui.cli.check", "check"),
-    "sync": ("tfctl.tui.cli.run", "sync"),
+    "sync": ("tfctl.tui.cli.lifecycle", "sync"),
     "setup": ("tfctl.tui.cli.setup", "setup"),
-    "up": ("tfctl.tui.cli.run", "up"),
-    "run": ("tfctl.tui.cli.oneoff", "run"),
-    "wait": ("tfctl.tui.cli.run", "wait"),
-    "status": ("tfctl.tui.cli.run", "status"),
-    "down": ("tfctl.tui.cli.run", "down"),
+    "up": ("tfctl.tui.cli.lifecycle", "up"),
+    "run": ("tfctl.tui.cli.run", "run"),
+    "wait": ("tfctl.tui.cli.lifecycle", "wait"),
+    "status": ("tfctl.tui.cli.lifecycle", "status"),
+    "down": ("tfctl.tui.cli.lifecycle", "down"),
     "restart": ("tfctl.tui.cli.restart", "restart"),
     "logs": ("tfctl.tui.cli.logs", "logs"),
     "exec": ("tfctl.tui.cli.logs", "exec_"),

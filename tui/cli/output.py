@@ -197,6 +197,8 @@ def plan_table(plan: Plan) -> None:
         if kind in plan.cluster:
             name = f"{kind}_hosts" if kind in roles else kind
             out.print(f"  {name}={','.join(plan.cluster[kind])}", soft_wrap=True)
+    from tfctl.inventory.frameworks.gloo import shown as shown_value
+
     shared, own = handed_columns(plan, framework.shown_env)
     if shared:
         out.print("  " + " ".join(f"{k}={v}" for k, v in shared.items()), soft_wrap=True)
@@ -208,7 +210,8 @@ def plan_table(plan: Plan) -> None:
     for t in plan.tasks:
         mask = repr(t.cuda_visible_devices) if t.cuda_visible_devices == "" \
             else "free" if t.host in free else t.cuda_visible_devices
-        env = [" ".join(f"{k}={t.env[k]}" for k in own if k in t.env)] if own else []
+        env = [" ".join(f"{k}={shown_value(t.env[k])}" for k in own if k in t.env)] \
+            if own else []
         table.add_row(t.name, t.host, t.address, str(t.port or "–"), mask, *env,
                       Text(t.command))
     out.print(table)
@@ -229,11 +232,13 @@ def handed_columns(plan: Plan, shown: Sequence[str]) -> tuple[dict[str, str], li
     """Of the variables the framework hands that the plan shows (`Framework.shown_env`): those
     every task that has them holds alike (said once, above the table), and the names of those
     that differ (a column)."""
+    from tfctl.inventory.frameworks.gloo import shown as shown_value
+
     values: dict[str, set[str]] = {}
     for task in plan.tasks:
         for key in shown:
             if key in task.env:
-                values.setdefault(key, set()).add(task.env[key])
+                values.setdefault(key, set()).add(shown_value(task.env[key]))
     shared = {k: next(iter(v)) for k, v in values.items() if len(v) == 1}
     return shared, [k for k in shown if k in values and k not in shared]
 

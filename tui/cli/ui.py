@@ -10,7 +10,9 @@ hub, owners and findings) and the TensorBoard tunnel come from the controller.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -96,18 +98,19 @@ def dashboard_options(c: Context) -> SshOptions:
 
 
 def run_app(controller: RunController, *, gpu_refresh_s: float = 1.0,
-            task_refresh_s: float = 2.0) -> None:
+            task_refresh_s: float = 2.0, ends_on: Sequence[int] = (signal.SIGTERM,)) -> None:
     """Show the dashboard over an existing controller until the user quits (`tfctl demo`
-    uses this too). The caller keeps the controller and closes it."""
+    uses this too). The caller keeps the controller and closes it. A signal of `ends_on`
+    ends the dashboard as `q` does, then raises KeyboardInterrupt (app/terminate.py)."""
     from tfctl.tui.app.factory import make_app
-    from tfctl.tui.app.terminate import exit_on_sigterm
+    from tfctl.tui.app.terminate import exit_on_signals
 
     watch = controller.gpu_watch()  # its streams are the app's TelemetrySource; it starts them
     app = make_app(controller, watch.streams, owners=watch.owner_of, findings=watch,
                    tunnel=controller.tensorboard_tunnel(), gpu_refresh_s=gpu_refresh_s,
                    task_refresh_s=task_refresh_s, reporter=partial(_report_page, controller),
                    shell=partial(_shell, controller))
-    with exit_on_sigterm(app):
+    with exit_on_signals(app, ends_on):
         app.run()
 
 

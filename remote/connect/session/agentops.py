@@ -88,12 +88,13 @@ def _call(t: Transport, op: str, request: Wire, timeout_s: float | None = 60.0) 
 # ---------------------------------------------------------------- preflight
 
 def probe(t: Transport, workdir: str, ask_tf: bool = False,
-          ask: tuple[str, ...] = ()) -> ProbeAnswer:
+          ask: tuple[str, ...] = (), ask_hostname: bool = False) -> ProbeAnswer:
     """What the host has (python, TensorFlow, nvidia-smi, disk, the workdir) (op `probe`).
     `ask_tf`: also what TensorFlow says of itself (version, package, the GPUs it sees); `ask`:
     what these other frameworks say (torch, jax); each asked once per interpreter and version
-    and cached on the host."""
-    return ProbeAnswer.from_wire(_call(t, "probe", ProbeRequest(workdir, ask_tf, ask=ask),
+    and cached on the host; `ask_hostname`: what the host's name resolves to there."""
+    return ProbeAnswer.from_wire(_call(t, "probe", ProbeRequest(workdir, ask_tf, ask=ask,
+                                                                ask_hostname=ask_hostname),
                                        timeout_s=240.0 if ask_tf or ask else 60.0))
 
 
@@ -211,11 +212,12 @@ def procs(t: Transport, pids: Sequence[int]) -> dict[int, Raw | None]:
 
 def up_check(t: Transport, workdir: str, *, entries: str | None, setup: Raw | None,
              gpus_script: str | None, port_numbers: Sequence[int],
-             choose: Raw | None = None) -> UpCheck:
-    """Everything `up` must know of the host before anything starts anywhere (op `up_check`)."""
+             choose: Raw | None = None, ask_hostname: bool = False) -> UpCheck:
+    """Everything `up` must know of the host before anything starts anywhere (op `up_check`);
+    `ask_hostname`: also the host's name and what it resolves to there."""
     request = UpCheckRequest(workdir, entries, None if setup is None else dict(setup),
                              gpus_script, tuple(port_numbers),
-                             None if choose is None else dict(choose))
+                             None if choose is None else dict(choose), ask_hostname)
     return UpCheck.from_wire(_call(t, "up_check", request, timeout_s=90))
 
 

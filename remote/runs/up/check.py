@@ -3,8 +3,9 @@
 One `up_check` agent request per host (host side remote/agent/up.py) carries every question:
 does the synced tree differ (the client sends the digests of its listing), is the setup cached,
 what nvidia-smi says of the plan's GPUs (with the host's claims), are the written task ports
-free, and which free ports the tasks take whose port the inventory leaves out (`ports.py`,
-leased under the `up`'s token). It starts nothing.
+free, which free ports the tasks take whose port the inventory leaves out (`ports.py`,
+leased under the `up`'s token), and, for a JAX job across hosts, what each host's name resolves
+to (`judge_hostnames`). It starts nothing.
 
 A host is in one of three states after it: it answered; its agent cannot run yet (no Python:
 the setup may be what installs it), and then `up`'s work phase syncs and sets it up through the
@@ -21,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tfctl.inventory.frameworks.gloo import REFUSED_ON_LOOPBACK, is_loopback, loopback_refusal
 from tfctl.inventory.plan import Plan
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentclient, agentops
@@ -74,6 +76,7 @@ def check_hosts(fleet: Fleet, plan: Plan, hosts: Sequence[str],
         if setup and job.setup else None
     tokens = gpu_tokens(plan)
     shared = {h.name for h in inv.hosts if h.shared_fs}
+    ask_hostname = job.framework in REFUSED_ON_LOOPBACK and len(plan.hosts_used) > 1
 
     def check(t: Any) -> UpCheck:
         name = t.host.name
@@ -86,7 +89,8 @@ def check_hosts(fleet: Fleet, plan: Plan, hosts: Sequence[str],
         return agentops.up_check(t, t.host.workdir, entries=entries, setup=asked,
                                  gpus_script=script,
                                  port_numbers=fixed_ports(plan, name) if used else (),
-                                 choose=ask(plan, name, token) if used else None)
+                                 choose=ask(plan, name, token) if used else None,
+                                 ask_hostname=ask_hostname and used)
 
     result = fleet.map(check, hosts)
     agentless = {h: e for h, e in result.failed.items() if isinstance(e, PythonMissing)}
@@ -107,6 +111,19 @@ def judge_gpus(fleet: Fleet, plan: Plan, checks: Mapping[str, UpCheck], force: b
                                                claims=checks[t.host.name].claims),
                        list(tokens))
     judge_busy(BusyReport(dict(judged.succeeded), dict(judged.failed)), force, say)
+
+
+def judge_hostnames(plan: Plan, checks: Mapping[str, UpCheck]) -> None:
+    """Raise `LaunchFailed` for the first host of a JAX job across hosts whose name resolves
+    to loopback there: JAX's gloo would advertise it, and JAX has no setting for the
+    interface (inventory/frameworks/gloo.py)."""
+    for host in plan.hosts_used:
+        check = checks.get(host)
+        loopback = [a for a in check.hostname_addresses if is_loopback(a)] if check else []
+        if check is not None and loopback:
+            raise LaunchFailed(host, f"a {plan.inventory.job.framework.upper()} job across "
+                               f"hosts cannot run there: "
+                               f"{loopback_refusal(check.hostname or host, loopback)}")
 
 
 def judge_busy(report: BusyReport, force: bool, on_event: OnEvent) -> None:

@@ -46,7 +46,7 @@ from tfctl.remote.connect.session import agentops
 from tfctl.remote.errors import RemoteError
 from tfctl.remote.runs.status import RunStatus
 from tfctl.remote.runs.steps import NoHooks, UpHooks
-from tfctl.remote.runs.up.check import check_hosts, judge_gpus, judge_ports
+from tfctl.remote.runs.up.check import check_hosts, judge_gpus, judge_hostnames, judge_ports
 from tfctl.remote.runs.up.ports import chosen_plan, moved, new_token, release_leases
 from tfctl.remote.runs.up.rollback import raise_first, rolled_back
 from tfctl.remote.runs.up.start import new_run_id, start_tasks
@@ -113,6 +113,7 @@ def _up(fleet: Fleet, plan: Plan, say: Say, options: UpSettings, hooks: UpHooks,
         leased += [h for h in checked.answers if h in again and h not in leased]
         raise_first(FleetResult({}, {**checked.agentless, **checked.failed}))
     checks = checked.answers
+    judge_hostnames(plan, checks)
     judge_gpus(fleet, plan, checks, options.force, say)
     run_id = new_run_id()
     hooks.run_started(run_id)

@@ -233,14 +233,19 @@ def build(k: int, hosts: list[HostNet], host_names: list[str]) -> None:
     ip("-batch", "-", stdin="\n".join(root) + "\n")
     if _forward_blocked():
         subprocess.run(["iptables", "-I", *_forward_rule(k)], check=True)
-    etc_hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
-        f"{host.address} {name}\n" for host, name in zip(hosts, host_names, strict=True)
-    )
+    # Each host maps its own name (its hostname: its sshd runs in a UTS namespace of its own,
+    # testbed.py) to loopback, as a stock Debian or Ubuntu install writes it, and the others'
+    # to their LAN addresses, as DNS would: every test meets what real desktops give (gloo
+    # then advertises loopback unless told its interface: docs/loopback-hostnames.md).
+    lan = list(zip(hosts, host_names, strict=True))
     jobs = []
     for host in hosts:
         etc = NETNS_ETC / host.namespace
         etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(etc_hosts)
+        own = next(name for net, name in lan if net is host)
+        (etc / "hosts").write_text(
+            f"127.0.0.1 localhost\n127.0.1.1 {own}\n::1 localhost\n"
+            + "".join(f"{net.address} {name}\n" for net, name in lan if net is not host))
         # The root namespace's resolver is unreachable from the lab net: without this every
         # lookup of a name not in hosts (and `getent hosts`'s IPv6 try) waits 10 s to fail.
         (etc / "resolv.conf").write_text("# tfctl lab: no DNS\nnameserver 127.0.0.1\n")

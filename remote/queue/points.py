@@ -2,8 +2,9 @@
 first served with the queue (`tfctl run`, a sweep's waiter).
 
 Before it looks, a `tfctl run` leaves one ticket on every host a point may go to (a count of N
-free GPUs: queue.py's tickets, every user's in one line per host, ordered by each host's clock),
-then judges each host from one look at it (`gpu_state`):
+free GPUs: tickets.py's tickets, every user's in one line per host, ordered by each host's
+clock), then judges each host from one look at it (look.py; what each host gives our ticket is
+turn.py's `usable`):
 
 - an older waiting ticket for a count of free GPUs (another user's one-off or sweep, a
   `gpus: free` job queued with `up --when-free`) goes first: the host gives none of our points
@@ -18,7 +19,8 @@ then judges each host from one look at it (`gpu_state`):
 So two users starting at once never take the same GPU: each left its ticket before it looked,
 and of two looks the later one sees the other's ticket; the older ticket's owner goes first and
 the younger waits until that ticket is gone. The points of our own ticket are all placed in the
-one judgement that sees them. Pure.
+one judgement that sees them. Pure. (A `run` starting now holds an `r-…` ticket, a waiting
+one-off or sweep an `s-…` one: ids.py.)
 """
 
 from __future__ import annotations
@@ -26,24 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tfctl.remote.lab.freegpus import HostFree
-from tfctl.remote.lab.queue import Ticket
-
-STARTING = "r-"
-"""The ticket id's prefix of a `run` that is starting now (it goes within seconds); a waiting
-one-off's or sweep's ticket is `q-`, as `up --when-free`'s."""
-
-
-@dataclass(frozen=True)
-class HostView:
-    """One host as a look saw it: its GPUs free for us, every user's tickets, our uid."""
-
-    host: str
-    free: HostFree
-    tickets: tuple[Ticket, ...] = ()
-    me_uid: int | None = None
-    listed: tuple[int, ...] = ()
-    """The indices of the GPUs nvidia-smi lists there."""
+from tfctl.remote.queue.ids import is_starting
+from tfctl.remote.queue.tickets import Ticket
+from tfctl.remote.queue.turn import Hold, HostView, Reason, usable
 
 
 @dataclass(frozen=True)
@@ -57,6 +44,8 @@ class Placement:
     ticket, an error."""
     ahead: tuple[Ticket, ...] = ()
     """Older tickets for a count of free GPUs that hold our points back somewhere."""
+    holds: Mapping[str, Reason] = field(default_factory=dict)
+    """Host → what held it back, as a value, where `why` names a reason."""
 
     def words(self) -> str:
         """`h1: GPU 0: held by …; h2: 1 job queued first (…)`."""
@@ -65,39 +54,11 @@ class Placement:
     @property
     def only_starting_ahead(self) -> bool:
         """Whether every older ticket in the way is a `run` starting now (gone in seconds)."""
-        return bool(self.ahead) and all(t.id.startswith(STARTING) for t in self.ahead)
+        return bool(self.ahead) and all(is_starting(t.id) for t in self.ahead)
 
-
-def _key(t: Ticket) -> tuple[float, str, str]:
-    return (t.queued_s, t.user, t.id)
-
-
-def usable(view: HostView, ticket_id: str, allowed: Sequence[int] | None
-           ) -> tuple[list[int], str | None, tuple[Ticket, ...]]:
-    """The GPUs of one host our ticket may take now, lowest first; why not more (or None);
-    the older count tickets that hold it back."""
-    if view.free.error is not None:
-        return [], view.free.error, ()
-    mine = next((t for t in view.tickets if t.id == ticket_id and t.uid == view.me_uid), None)
-    if mine is None:
-        return [], "our ticket is not there", ()
-    older = [t for t in view.tickets if t is not mine and t.state == "waiting"
-             and _key(t) < _key(mine)]
-    counting = tuple(t for t in older if t.want.gpus is None)
-    if counting:
-        first = counting[0]
-        n = len(counting)
-        return [], (f"{n} job{'s' if n > 1 else ''} queued first ({first.user}'s {first.id}, "
-                    f"for {first.want.words()})"), counting
-    kept = {g for t in older for g in (t.want.gpus or ())}
-    free = [g for g in view.free.free if g not in kept
-            and (allowed is None or g in allowed)]
-    why = [w for g, w in zip(view.free.taken_gpus, view.free.taken, strict=True)
-           if allowed is None or g in allowed]
-    why += [f"GPU {g}: wanted by {t.user}'s {t.id}, queued first" for t in older
-            for g in (t.want.gpus or ()) if g in view.free.free
-            and (allowed is None or g in allowed)]
-    return sorted(free), "; ".join(why) or None, ()
+    def held_by(self, hold: Hold) -> list[str]:
+        """The hosts where that kind of thing held our points back."""
+        return [h for h, r in self.holds.items() if r.hold is hold]
 
 
 def place_points(gpus_each: int, count: int, ticket_id: str, views: Sequence[HostView],
@@ -106,14 +67,19 @@ def place_points(gpus_each: int, count: int, ticket_id: str, views: Sequence[Hos
     (`allowed`: host → the GPUs the inventory lets tfctl use there, None: any it lists)."""
     taken: list[tuple[str, tuple[int, ...]]] = []
     why: dict[str, str] = {}
+    holds: dict[str, Reason] = {}
     ahead: list[Ticket] = []
     for view in views:
-        free, not_more, holding = usable(view, ticket_id, allowed.get(view.host))
-        ahead += holding
+        free, reason = usable(view, ticket_id, allowed.get(view.host))
+        if reason is not None and reason.hold is Hold.QUEUED_FIRST:
+            ahead += reason.ahead
         while len(taken) < count and len(free) >= gpus_each:
             taken.append((view.host, tuple(free[:gpus_each])))
             free = free[gpus_each:]
         if len(taken) < count:
+            not_more = "no free GPU" if reason is None else reason.words("our")
             left = f"{len(free)} free GPU{'s' if len(free) != 1 else ''} left" if free else ""
-            why[view.host] = "; ".join(w for w in (not_more or "no free GPU", left) if w)
-    return Placement(tuple(taken), why, tuple(ahead))
+            why[view.host] = "; ".join(w for w in (not_more, left) if w)
+            if reason is not None:
+                holds[view.host] = reason
+    return Placement(tuple(taken), why, tuple(ahead), holds)
