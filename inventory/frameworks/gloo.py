@@ -11,8 +11,9 @@ hosts fail: `Gloo connectFullMesh failed ... Connection refused, remote=[127.0.0
   hosts is handed both, unless the inventory sets them, as a value found on its host at start
   (`FOUND_AT_START`, resolved by the agent, remote/agent/netroute.py): the interface that
   reaches rank 0's host (or, where that is this host, another host of the group).
-- JAX builds its gloo collectives with no hostname or interface (jax `_src/xla_bridge.py`,
-  `make_gloo_tcp_collectives(distributed_client=...)`; jaxlib has no variable for it), so a
+- JAX builds its gloo collectives with no hostname or interface (jax-ml/jax, module
+  `jax._src.xla_bridge`: `make_gloo_tcp_collectives(distributed_client=...)`; jaxlib has no
+  variable for it), so a
   JAX job across hosts cannot be told: it is refused before anything starts where a host's
   name resolves to loopback (`loopback_refusal`), with the fix, the hostname mapped to the
   host's LAN address in /etc/hosts.

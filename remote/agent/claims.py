@@ -141,6 +141,14 @@ def _task(value: Any) -> dict[str, Any]:
             "supervisor_start_ticks": _int(value.get("supervisor_start_ticks"))}
 
 
+def _idle(value: Any) -> dict[str, Any] | None:
+    """A run's idle warning under the lab policy (idlewatch.py): since when, stopped when."""
+    if not isinstance(value, dict):
+        return None
+    since, stop_at = _number(value.get("since")), _number(value.get("stop_at"))
+    return None if since is None or stop_at is None else {"since": since, "stop_at": stop_at}
+
+
 def parse_claim(raw: Any) -> dict[str, Any]:
     """The checked fields of a claim's JSON (ValueError for anything not a claim); pure.
     The owner is not among them: it comes from the file."""
@@ -158,7 +166,7 @@ def parse_claim(raw: Any) -> dict[str, Any]:
              "gpus": _gpus(raw.get("gpus") or []), "tasks": [_task(t) for t in tasks],
              "watcher_pid": _int(raw.get("watcher_pid")),
              "watcher_start_ticks": _int(raw.get("watcher_start_ticks")),
-             "boot_id": _text(raw.get("boot_id"), 64)}
+             "boot_id": _text(raw.get("boot_id"), 64), "idle": _idle(raw.get("idle"))}
     if kind == "reservation" and claim["until"] is None:
         raise ValueError("a reservation without an end")
     return claim
@@ -451,7 +459,8 @@ def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
     return {"run_id": run_id, "job": manifest.get("inventory"), "host": manifest.get("host"),
             "since": manifest.get("created_at") or time.time(), "until": None, "note": None,
             "gpus": gpus, "tasks": tasks, "watcher_pid": watcher.get("pid"),
-            "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id()}
+            "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id(),
+            "idle": _idle(read_json(os.path.join(run_dir, "idle.json")))}
 
 
 def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],

@@ -31,6 +31,7 @@ from tfctl.remote.agent.claims import (
 )
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.jsonfile import read_json, write_json
+from tfctl.remote.agent.policy import read_policy
 from tfctl.remote.agent.proc import cmdline, proc_stat, proc_tags, proc_uid, user_name
 from tfctl.remote.agent.rundir import expand
 from tfctl.remote.agent.vocab import (
@@ -38,6 +39,8 @@ from tfctl.remote.agent.vocab import (
     ClaimsRequest,
     GpuState,
     HostUser,
+    LabPolicy,
+    LabPolicyRequest,
     LabRequest,
     ReleaseAnswer,
     ReleaseRequest,
@@ -332,6 +335,11 @@ def op_lab(req: LabRequest) -> GpuState:
                        (time.time(), gpus, apps))
     return _gpu_state(found, gpus, apps, error, hostname=os.uname().nodename,
                       idle=idle_report(folder, time.time()))
+
+
+def op_lab_policy(req: LabPolicyRequest) -> LabPolicy:
+    """The lab policy in force on this host, or why its file is ignored (agent/policy.py)."""
+    return LabPolicy.from_wire(read_policy())
 
 
 def op_claims(req: ClaimsRequest) -> ClaimsAnswer:

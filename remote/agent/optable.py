@@ -29,7 +29,7 @@ from tfctl.remote.agent.hostops import (
     op_put_files,
     op_sync_diff,
 )
-from tfctl.remote.agent.lab import op_claims, op_lab, op_release, op_reserve
+from tfctl.remote.agent.lab import op_claims, op_lab, op_lab_policy, op_release, op_reserve
 from tfctl.remote.agent.lost import op_restart_lost
 from tfctl.remote.agent.runops import (
     op_finish,
@@ -48,6 +48,7 @@ from tfctl.remote.agent.vocab import (
     ConnectRequest,
     FinishRequest,
     GpuStateRequest,
+    LabPolicyRequest,
     LabRequest,
     LaunchRequest,
     ListenRequest,
@@ -101,6 +102,7 @@ OPS: dict[str, tuple[Callable[[Any], Wire], type[Wire]]] = {
     "up_mark": (op_up_mark, RunRef),
     "restart_lost": (op_restart_lost, RunRef),
     "lab": (op_lab, LabRequest),
+    "lab_policy": (op_lab_policy, LabPolicyRequest),
     "claims": (op_claims, ClaimsRequest),
     "reserve": (op_reserve, ReserveRequest),
     "release": (op_release, ReleaseRequest),

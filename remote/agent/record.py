@@ -90,6 +90,10 @@ class GpuRecorder:
         """Why nothing is recorded, once known (then owners are not asked either)."""
         self.fields: list[str | None] = []
         """Per NVSMI_RECORD_ATTRS, the spelling queried, or None where the driver has none."""
+        self.latest: dict[str, tuple[float, str]] = {}
+        """Per GPU index, its latest sample's time and utilization ("" where it had none):
+        what the lab policy's idle rule reads (idlewatch.py)."""
+        self.index_of_uuid: dict[str, str] = {}
         self.asked = threading.Event()  # gpus.json holds nvidia-smi's answers
         self.lock = threading.Lock()  # between starting the stream and `stop`
 
@@ -143,6 +147,7 @@ class GpuRecorder:
         width = 2 + len(sampled)  # the name last: the one column that may hold ", "
         listed = [[row[2], row[0], ", ".join(row[width:]), row[1]] for row in rows
                   if len(row) > width]
+        self.index_of_uuid = {row[1]: row[0] for row in listed}
         return listed, None if listed else "nvidia-smi listed no GPUs"
 
     def _stream(self) -> None:
@@ -166,6 +171,7 @@ class GpuRecorder:
                 if next(values, None) is not None or not fields[0].isdigit():
                     last_error = nvsmi_error_line(line) or last_error
                     continue  # an XID message or an error line between rows
+                self.latest[fields[0]] = (time.time(), fields[1])
                 if not space.ok:
                     continue  # read on, so nvidia-smi never blocks; kept again with room
                 row = f"{int(time.time() - self.started)},{','.join(fields)}\n"

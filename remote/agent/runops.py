@@ -17,7 +17,9 @@ from tfctl.remote.agent.claims import claim_run, release_run
 from tfctl.remote.agent.disk import records_state
 from tfctl.remote.agent.energy import energy_of_run
 from tfctl.remote.agent.hostops import hostname
+from tfctl.remote.agent.idlewatch import IDLE_FILE
 from tfctl.remote.agent.jsonfile import now, read_json, write_json
+from tfctl.remote.agent.policy import session_kind
 from tfctl.remote.agent.rundir import (
     expand,
     load_manifest,
@@ -129,7 +131,8 @@ def op_status(req: StatusRequest, seen: dict[str, Any] | None = None) -> StatusA
                                                                                 "finished.json")),
                         any(t.state in ("running", "starting") for t in tasks),
                         manifest.get("created_at"), manifest.get("inventory"), hostname(),
-                        tuple(watcher_silences(run_dir)), records_state(run_dir))
+                        tuple(watcher_silences(run_dir)), records_state(run_dir),
+                        read_json(os.path.join(run_dir, IDLE_FILE)))
 
 
 def op_stop(req: StopRequest) -> StopAnswer:
@@ -168,7 +171,8 @@ def op_runs(req: RunsRequest) -> RunsAnswer:
                               manifest.get("inventory"), tuple(manifest.get("outputs") or ()),
                               read_json(os.path.join(run_dir, "finished.json")),
                               tuple(energy_of_run(run_dir, live[run_id])) if req.energy else None,
-                              manifest.get("oneoff"), manifest.get("framework")))
+                              manifest.get("oneoff"), manifest.get("framework"),
+                              session_kind(manifest)))
     runs.sort(key=lambda r: (r.created_at or 0, r.run_id), reverse=True)
     return RunsAnswer(tuple(runs))
 

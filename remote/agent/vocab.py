@@ -69,6 +69,10 @@ class TaskRecord(Wire):
     cwd: str | None = None
     """The task's working directory, where its process starts: the plan's (`Task.cwd`, its
     host's workdir), as the manifest carries it; a relative one is under the workdir."""
+    session: str = ""
+    """`notebook` or `shell` for a session's task (a run kind: `tfctl notebook`, `tfctl
+    shell`), "" for any other run's; the lab policy's `applies_to` tells them apart
+    (agent/policy.py)."""
 
     def __post_init__(self) -> None:
         if not self.type and ":" in self.name:  # a record that names the task only
@@ -401,6 +405,9 @@ class StatusAnswer(Wire):
     """What the run's watcher there cannot reach now (agent/watch.py): task, since, why."""
     records: dict[str, Any] | None = None
     """Since when and why the run's records stopped there (agent/disk.py), or None."""
+    idle: dict[str, Any] | None = None
+    """The run's GPUs idle under the lab policy there, once its owner was warned
+    (agent/idlewatch.py `idle.json`: since, stop_at, below_util_pct, gpus), or None."""
 
     def __post_init__(self) -> None:
         if any(not isinstance(t, TaskRecord) for t in self.tasks):  # records given as data
@@ -503,6 +510,8 @@ class RunRecord(Wire):
     framework: str | None = None
     """The framework of the inventory's job the run is (tensorflow, torch, jax); None for a
     one-off command's run, or one an older tfctl started."""
+    session: str = ""
+    """`notebook` or `shell` for a session (the manifest's `session`), "" for any other run."""
 
 
 class RunsAnswer(Wire):
@@ -599,6 +608,23 @@ class LabRequest(Wire):
     """How often the idle sampler samples (None: lab.py's SAMPLE_S)."""
     linger_s: float | None = None
     """How long it samples after this request (None: lab.py's LINGER_S)."""
+
+
+class LabPolicyRequest(Wire):
+    """The lab policy in force on the host (op `lab_policy`): it names nothing."""
+
+
+class LabPolicy(Wire):
+    """The lab policy of a host (op `lab_policy`; agent/policy.py `read_policy`)."""
+
+    path: str = ""
+    """The file read: `$TFCTL_LAB_POLICY` of the host's environment, else /etc/tfctl/lab.yaml."""
+    found: bool = False
+    policy: dict[str, Any] | None = None
+    """The policy in force (`{"idle": {...}}`), or None: no file, or the file is ignored."""
+    ignored: str | None = None
+    """Why the file is ignored, one sentence naming it (and the line), or None."""
+    owner: str | None = None
 
 
 class GpuStateRequest(Wire):

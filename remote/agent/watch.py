@@ -51,6 +51,7 @@ from typing import Any
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.detach import fork_detached
+from tfctl.remote.agent.idlewatch import IdleWatch
 from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
 from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
@@ -97,9 +98,10 @@ def watch_run(run_dir: str, run_id: str) -> int:
     speed = ThroughputTail(run_dir, training, manifest.get("throughput_patterns") or [],
                            recorder.started)
     recorder.start()
+    idle = IdleWatch(run_dir, run_id, manifest, events)
     stopped = told = False
     try:
-        cause = watch_until_end(run_dir, manifest, local, recorder, events, speed)
+        cause = watch_until_end(run_dir, manifest, local, recorder, events, speed, idle)
         if cause is not None:
             code = decider_exit_code(run_dir, manifest)
             events.write({"event": "end", "cause": cause, "exit_code": code})
@@ -117,9 +119,11 @@ def watch_run(run_dir: str, run_id: str) -> int:
         recorder.stop()
         clear_silence(run_dir)
         release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
-        if stopped and not told and os.path.exists(os.path.join(run_dir, UP_MARK)):
+        if stopped and not told and (idle.stopped or os.path.exists(os.path.join(run_dir,
+                                                                                   UP_MARK))):
             # (no up mark: a rollback, the `up`'s own failure, said at its terminal)
-            start_notifier(run_dir, manifest, "stopped", "stopped by `tfctl down`", None)
+            start_notifier(run_dir, manifest, "stopped", idle.stopped or
+                           "stopped by `tfctl down`", None)
     return 0
 
 
@@ -134,14 +138,18 @@ def _stop_watching(signum: int, frame: Any) -> None:
 
 def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
                     recorder: GpuRecorder, events: EventLog,
-                    speed: ThroughputTail) -> str | None:
-    """Why the job ended, or None when this host's tasks all ended otherwise (`tfctl down`)."""
+                    speed: ThroughputTail, idle: IdleWatch | None = None) -> str | None:
+    """Why the job ended, or None when this host's tasks all ended otherwise (`tfctl down`,
+    or the lab policy's idle rule, `idle`, which stops them here)."""
     judge = EndJudge(manifest["end"], manifest.get("host"), time.time())
     said = SilenceRecord(run_dir, events)
     while True:
         events.tick()
         recorder.tick()
         speed.tick()
+        if idle is not None and idle.tick(recorder.latest, recorder.index_of_uuid, time.time()):
+            idle.stop(local, time.time())
+            return None
         ended = local_ends(run_dir, local)
         judge.was_up = judge.was_up or os.path.exists(os.path.join(run_dir, UP_MARK))
         cause = judge.verdict(ends_of_their_own(run_dir, ended), time.time(), probe_port)

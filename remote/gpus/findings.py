@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from statistics import fmean
+from typing import Any
 
 from tfctl.remote.gpus.lastseen import (
     DEFAULT_STALE_AFTER_S,
@@ -30,6 +31,7 @@ from tfctl.remote.gpus.owners import (
     masks_by_host,
     pids_by_host,
 )
+from tfctl.remote.lab.idle import idle_words
 from tfctl.remote.silence import Silence
 
 WARNING, ERROR = "warning", "error"  # the dashboard's FindingLevel spellings
@@ -51,6 +53,7 @@ class FindingKind(str, Enum):
     MASK_UNUSED = "mask_unused"
     FOREIGN_PROCESS = "foreign_process"
     CHIEF_SILENT = "chief_silent"
+    POLICY_IDLE = "policy_idle"
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,14 @@ def silence_findings(silences: Iterable[Silence], wall_now_s: float) -> list[Fin
     tasks keep running, up to the job's silence window (`tfctl.remote.silence`)."""
     return [Finding(WARNING, s.host, None, None, s.words(wall_now_s), FindingKind.CHIEF_SILENT)
             for s in silences]
+
+
+def policy_idle_findings(idle: Mapping[str, Mapping[str, Any]], wall_now_s: float
+                         ) -> list[Finding]:
+    """Hosts where the lab's policy has warned the run idle: it stops there at `stop_at` unless
+    its GPUs are used again (docs/policy.md)."""
+    return [Finding(WARNING, host, None, None, idle_words(host, state, wall_now_s),
+                    FindingKind.POLICY_IDLE) for host, state in sorted(idle.items())]
 
 
 def mask_findings(misses: Iterable[MaskMiss], tasks: Sequence[TaskProcesses],

@@ -238,12 +238,23 @@ def read_task_processes(fleet: Fleet, run_id: str, hosts: Sequence[str]
                         ) -> tuple[tuple[TaskProcesses, ...], dict[str, str], tuple[Silence, ...]]:
     """Every task of the run on these hosts (from the agent's `status`), the hosts that could
     not be read (host → why), and those whose watcher cannot reach the chief (`silences`)."""
+    tasks, unreachable, silences, _idle = read_run_hosts(fleet, run_id, hosts)
+    return tasks, unreachable, silences
+
+
+def read_run_hosts(fleet: Fleet, run_id: str, hosts: Sequence[str]
+                   ) -> tuple[tuple[TaskProcesses, ...], dict[str, str], tuple[Silence, ...],
+                              dict[str, dict[str, Any]]]:
+    """`read_task_processes`'s answer, and host → the run's GPUs there warned idle by the lab's
+    policy (`idle.json`: since, stop_at, gpus; docs/policy.md)."""
     answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=1), hosts)
     tasks = [task_from_status(host, raw) for host, answer in answers.succeeded.items()
              for raw in answer.tasks]
     silences = tuple(s for host, answer in answers.succeeded.items()
                      for s in silences_from(host, answer.silences))
-    return tuple(tasks), {host: str(exc) for host, exc in answers.failed.items()}, silences
+    idle = {host: dict(answer.idle) for host, answer in answers.succeeded.items() if answer.idle}
+    return (tuple(tasks), {host: str(exc) for host, exc in answers.failed.items()}, silences,
+            idle)
 
 
 def task_pids(fleet: Fleet, run_id: str, hosts: Sequence[str]) -> dict[str, dict[int, str]]:
@@ -288,6 +299,7 @@ class OwnerCache:
         self.tasks: tuple[TaskProcesses, ...] = ()  # as read now (hosts that failed: none)
         self.unreachable: dict[str, str] = {}  # hosts whose tasks could not be read → why
         self.silences: tuple[Silence, ...] = ()  # hosts that cannot reach the chief, as read
+        self.idle: dict[str, dict[str, Any]] = {}  # host → the run warned idle there (policy)
         self._users: dict[str, dict[int, str]] = {}
         self._last: dict[str, tuple[TaskProcesses, ...]] = {}  # each host's last good read
         self._run_id: str | None = None
@@ -296,8 +308,9 @@ class OwnerCache:
         tasks: tuple[TaskProcesses, ...] = ()
         unreachable: dict[str, str] = {}
         silences: tuple[Silence, ...] = ()
+        idle: dict[str, dict[str, Any]] = {}
         if run_id is not None and hosts:
-            tasks, unreachable, silences = read_task_processes(self.fleet, run_id, hosts)
+            tasks, unreachable, silences, idle = read_run_hosts(self.fleet, run_id, hosts)
         ours = pids_by_host(tasks)
         foreign = {host: [p.pid for p in snap.processes if p.pid not in ours.get(host, {})]
                    for host, snap in self._snapshots().items() if host not in unreachable}
@@ -308,7 +321,7 @@ class OwnerCache:
                 last[host] = tuple(t for t in tasks if t.host == host)
         with self._lock:
             self.tasks, self.unreachable, self._users = tasks, unreachable, users
-            self.silences = silences
+            self.silences, self.idle = silences, idle
             self._last, self._run_id = last, run_id
         return tasks
 

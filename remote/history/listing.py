@@ -112,5 +112,7 @@ def _take_end(run: RunSummary, finished: Mapping[str, Any] | None) -> None:
         "aborted" if status.get("state") == "aborted" else "finished"
     if cause:
         words += f": {cause}"
+    if status.get("state") == "stopped" and code is None:  # its host stopped it, and says why
+        words = str(cause or "stopped")
     if run.ended is None or code is not None:
         run.ended = words

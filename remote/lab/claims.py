@@ -48,6 +48,10 @@ class Claim:
     until_s: float | None = None
     note: str | None = None
     tasks: tuple[ClaimTask, ...] = ()
+    idle_since_s: float | None = None
+    """A run idle under the lab policy, its owner warned: since when (agent/idlewatch.py)."""
+    idle_stop_at_s: float | None = None
+    """… and when the policy stops it unless it is used again."""
 
     @property
     def live(self) -> bool:
@@ -102,9 +106,11 @@ def _tokens(raw: Any) -> tuple[GpuToken, ...]:
 def claim_of(host: str, raw: Mapping[str, Any]) -> Claim:
     tasks = tuple(ClaimTask(str(t.get("name")), _tokens(t.get("gpus")), t.get("pid"),
                             t.get("pgid")) for t in raw.get("tasks") or ())
+    idle = raw.get("idle") or {}
     return Claim(host, str(raw["file"]), str(raw["user"]), int(raw["uid"]), str(raw["kind"]),
                  str(raw["state"]), _tokens(raw.get("gpus")), raw.get("run_id"), raw.get("job"),
-                 raw.get("since"), raw.get("until"), raw.get("note"), tasks)
+                 raw.get("since"), raw.get("until"), raw.get("note"), tasks,
+                 idle.get("since"), idle.get("stop_at"))
 
 
 def host_claims(host: str, found: ClaimsAnswer | None) -> HostClaims:

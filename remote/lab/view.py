@@ -11,6 +11,7 @@ has seen its GPU under 5 % utilization, with that process on it, in every sample
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from tfctl.remote.agent.lab import NO_NVIDIA_SMI
 from tfctl.remote.agent.vocab import GpuState
 from tfctl.remote.lab.claims import Claim, HostClaims, clock, gpu_indices, host_claims
+from tfctl.remote.lab.idle import idle_line
 
 State = Literal["free", "reserved", "held", "cpu", "error"]
 """A row's state; `cpu`: a host the inventory gives no GPUs (`gpus: 0`) and nvidia-smi nothing
@@ -44,6 +46,15 @@ class Holder:
     not measured: utilization above, or the sampler has no recent sample)."""
     idle: bool = False
     """`low_util_s` is at least the threshold asked for."""
+    policy_idle_since_s: float | None = None
+    """A run the lab's policy has warned as idle: since when, and when it stops it."""
+    policy_stop_at_s: float | None = None
+
+    def policy_words(self, now_s: float) -> str | None:
+        """`idle 1:05 — stops at 14:30 by the lab's policy`, for a run the policy warned."""
+        if self.policy_idle_since_s is None or self.policy_stop_at_s is None:
+            return None
+        return idle_line(self.policy_idle_since_s, self.policy_stop_at_s, now_s)
 
     def who_what(self) -> tuple[str, str]:
         if self.kind == "run":
@@ -91,7 +102,8 @@ def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
         task = claim.task_of(pid, info.get("pgid"))
         if task is not None:
             return Holder("run", claim.user, pid, info.get("cmdline"), memory, claim.since_s,
-                          claim.run_id, claim.job, task.name, low_s, idle)
+                          claim.run_id, claim.job, task.name, low_s, idle,
+                          claim.idle_since_s, claim.idle_stop_at_s)
     if info.get("tfctl_run_id"):  # our own run (we may read our processes' environment)
         return Holder("run", info.get("user"), pid, info.get("cmdline"), memory,
                       info.get("since"), info["tfctl_run_id"], None, info.get("tfctl_task"),
@@ -132,7 +144,9 @@ def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S,
             task = claim.task_on(index, uuids)
             if task is not None and claim.run_id not in seen_runs:
                 holders.append(Holder("run", claim.user, task.pid, None, None, claim.since_s,
-                                      claim.run_id, claim.job, task.name))
+                                      claim.run_id, claim.job, task.name,
+                                      policy_idle_since_s=claim.idle_since_s,
+                                      policy_stop_at_s=claim.idle_stop_at_s))
                 seen_runs.add(claim.run_id)
         named = [c for c in found.claims if index in gpu_indices(c.gpus, uuids)]
         reservation = next((c for c in named if c.kind == "reservation" and c.live), None)
@@ -177,8 +191,11 @@ def row_cells(row: LabRow) -> dict[str, str]:
         cells["what"] = "; ".join(p[1] for p in pairs)
         since = [h.since_s for h in row.holders if h.since_s is not None]
         cells["since"] = clock(min(since)) if since else ""
+        now_s = time.time()
+        notes += [h.policy_words(now_s) or "" for h in row.holders if h.policy_words(now_s)]
         notes += [f"idle {minutes(h.low_util_s or 0)} (pid {h.pid})" if len(row.holders) > 1
-                  else f"idle {minutes(h.low_util_s or 0)}" for h in row.holders if h.idle]
+                  else f"idle {minutes(h.low_util_s or 0)}" for h in row.holders
+                  if h.idle and h.policy_words(now_s) is None]
         if row.reservation is not None:
             notes.append(row.reservation.words())
     elif row.reservation is not None:
@@ -205,6 +222,7 @@ def row_json(row: LabRow) -> dict[str, Any]:
             "holders": [{"kind": h.kind, "user": h.user, "pid": h.pid, "command": h.command,
                          "memory_mib": h.memory_mib, "since": h.since_s, "run_id": h.run_id,
                          "job": h.job, "task": h.task, "low_util_s": h.low_util_s,
-                         "idle": h.idle} for h in row.holders],
+                         "idle": h.idle, "policy_idle_since": h.policy_idle_since_s,
+                         "policy_stop_at": h.policy_stop_at_s} for h in row.holders],
             "reservation": None if row.reservation is None else _claim_json(row.reservation),
             "stale_claims": [_claim_json(c) for c in row.stale], "error": row.error}

@@ -19,6 +19,7 @@ from tfctl.remote.gpus.findings import (
     LogKey,
     LogMark,
     all_findings,
+    policy_idle_findings,
     silence_findings,
     track_logs,
 )
@@ -103,7 +104,8 @@ class GpuWatch:
             self.marks = track_logs(self.marks, self.cache.tasks, now)
         found = all_findings(self.streams.snapshots(), self.streams.history, self.cache.tasks,
                              self.marks, now)
-        return (*found, *silence_findings(self.cache.silences, time.time()))
+        return (*found, *silence_findings(self.cache.silences, time.time()),
+                *policy_idle_findings(self.cache.idle, time.time()))
 
     def __call__(self) -> list[Finding]:
         """The dashboard's findings source: refresh the owners, then every finding."""

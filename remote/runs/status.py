@@ -93,6 +93,9 @@ class RunStatus:
     """Hosts whose watcher cannot reach the chief's port now (silence, not a refusal)."""
     records_stopped: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """host → since when and why the run's records stopped there (a full disk)."""
+    idle: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """host → the run's GPUs there idle under the lab policy, its owner warned (since, stop_at;
+    agent/idlewatch.py): the run stops there at `stop_at` unless it is used again."""
     group: bool = False
     """The workers are one process group's ranks (torch, jax: `Framework.one_group`): the
     failure of any ends the job, as a chief's would."""
@@ -155,7 +158,10 @@ def status_from(job: Job, run_id: str, answers: Mapping[str, agentops.StatusAnsw
     finished: Mapping[str, Any] | None = None
     silences: list[Silence] = []
     records: dict[str, Mapping[str, Any]] = {}
+    idle: dict[str, Mapping[str, Any]] = {}
     for host, answer in answers.items():
+        if answer.idle:
+            idle[host] = answer.idle
         finished = finished or answer.finished
         tasks += [task_from_agent(host, raw) for raw in answer.tasks]
         silences += silences_from(host, answer.silences)
@@ -165,7 +171,7 @@ def status_from(job: Job, run_id: str, answers: Mapping[str, agentops.StatusAnsw
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
                      acting_chief_of(job), asked_at, silences=tuple(silences),
-                     records_stopped=records, group=framework_of(job).one_group)
+                     records_stopped=records, idle=idle, group=framework_of(job).one_group)
 
 
 def records_words(host: str, state: Mapping[str, Any]) -> str:

@@ -1,6 +1,7 @@
 """The README's command tables say what `--help` says (pure: click's own command objects).
 
-- "## Commands": one row per command (`tfctl export slurm|tfjob` for a group: its subcommands);
+- "## Commands": one row per command (`tfctl export slurm|tfjob` for a group: its subcommands;
+  a group that is a command of its own too, `tfctl lab`, has its own row besides);
   every option a row shows exists on that command, and every option the command has is in its
   row, by any of its spellings (`-f` stands for `-f/--follow`).
 - Global options (`-i`, `--persist`, ... accepted before or after every subcommand) are listed
@@ -78,7 +79,8 @@ def synopses() -> dict[tuple[str, ...], str]:
             continue
         name, rest = words[1], " ".join(words[2:])
         cmd = command(name)
-        if isinstance(cmd, click.Group):
+        if isinstance(cmd, click.Group) and not (cmd.invoke_without_command and
+                                                 rest.split(" ")[0] not in cmd.commands):
             subs, _, rest = rest.partition(" ")
             for sub in subs.split("|"):
                 assert sub in cmd.commands, f"`tfctl {name} {sub}`: no such subcommand"
@@ -94,6 +96,8 @@ def leaf_commands() -> dict[tuple[str, ...], click.Command]:
         cmd = command(name)
         if isinstance(cmd, click.Group):
             out.update({(name, sub): c for sub, c in cmd.commands.items()})
+            if cmd.invoke_without_command:  # a command of its own too (`tfctl lab`)
+                out[(name,)] = cmd
         else:
             out[(name,)] = cmd
     return out

@@ -73,7 +73,8 @@ def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
     assert as_json["holders"] == [{"kind": "process", "user": "carol", "pid": 700,
                                    "command": "jupyter-kernel", "memory_mib": 11000.0,
                                    "since": NOW - 86400, "run_id": None, "job": None,
-                                   "task": None, "low_util_s": 1800.0, "idle": True}]
+                                   "task": None, "low_util_s": 1800.0, "idle": True,
+                                   "policy_idle_since": None, "policy_stop_at": None}]
 
 
 def test_idle_needs_the_threshold_and_a_recent_sample() -> None:
@@ -196,3 +197,19 @@ def test_the_sampler_measures_a_holder_low_since_its_first_low_sample() -> None:
     assert gap["gpus"]["0"]["low"] == {"7": 200.0} and gap["started"] == 200.0
     other = next_low(gap, 210.0, gpus, [{"gpu_uuid": "GPU-a", "pid": 8}], 10.0)
     assert other["gpus"]["0"]["low"] == {"8": 210.0}  # another process: its own start
+
+
+def test_a_run_the_lab_policy_warned_as_idle_says_when_it_stops() -> None:
+    """Its claim carries the watcher's warning (agent/idlewatch.py): every user's `lab` shows
+    how long it has been idle and when the policy stops it; another process idle is shown as
+    before, with how long, and nothing is said of stopping it."""
+    import time
+
+    warned = dict(ALICE_RUN, idle={"since": NOW - 3900, "stop_at": NOW + 3600})
+    found = host_lab("titan", _answer(claims=[warned, BOB_RESERVES]), idle_after_s=600)
+    (holder,) = found.rows[0].holders
+    stops = time.strftime("%H:%M", time.localtime(NOW + 3600))
+    assert holder.policy_words(NOW) == f"idle 1:05 — stops at {stops} by the lab's policy"
+    assert "by the lab's policy" in row_cells(found.rows[0])["note"]
+    assert row_json(found.rows[0])["holders"][0]["policy_stop_at"] == NOW + 3600
+    assert row_cells(found.rows[3])["note"] == "idle 30 min"

@@ -76,8 +76,8 @@ def test_gpus_and_the_dashboard_get_it_as_a_finding(monkeypatch: pytest.MonkeyPa
     assert (finding.level, finding.host, finding.kind, finding.text) == (
         "warning", "h2", "chief_silent", WORDS)
     # The owners' read (every few seconds, for `gpus` and the dashboard) keeps the silences.
-    monkeypatch.setattr(owners_module, "read_task_processes",
-                        lambda fleet, run_id, hosts: ((), {}, silences_from("h2", [RAW])))
+    monkeypatch.setattr(owners_module, "read_run_hosts",
+                        lambda fleet, run_id, hosts: ((), {}, silences_from("h2", [RAW]), {}))
     monkeypatch.setattr(owners_module, "process_users", lambda fleet, pids: {})
     cache = OwnerCache(fleet=None, snapshots=dict)
     cache.refresh("r1", ["h1", "h2"])

@@ -79,8 +79,8 @@ def test_the_owner_cache_keeps_the_last_read_of_a_host_that_stops_answering(
         ((TaskProcesses("h2", "worker:1", "running", (501,), "0"),), {}),
     ]
     looked_up: list[dict[str, Any]] = []
-    monkeypatch.setattr(owners_module, "read_task_processes",
-                        lambda fleet, run_id, hosts: (*reads.pop(0), ()))
+    monkeypatch.setattr(owners_module, "read_run_hosts",
+                        lambda fleet, run_id, hosts: (*reads.pop(0), (), {}))
     def process_users(fleet: object, pids: dict[str, Any]) -> dict[str, dict[int, str]]:
         looked_up.append(dict(pids))
         return {}

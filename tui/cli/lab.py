@@ -71,7 +71,7 @@ def lab_json(hosts: Sequence[HostLab]) -> list[dict[str, Any]]:
     return [row_json(row) for found in hosts for row in found.rows]
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per GPU.")
 @click.option("--watch", "watch_", is_flag=True, help="Refresh in place until Ctrl-C.")
 @click.option("--interval", type=float, default=5.0, show_default=True,
@@ -87,15 +87,19 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
     A GPU is held by a tfctl run (any user's: user, run, job, since, task) or by any other
     process (user, pid, command, memory, since); reserved by `tfctl reserve` (who, until when,
     note); "idle N min" marks a holder that has kept its GPU under 5 % for --idle-after. A claim
-    whose run's processes are gone is shown as stale, and never obeyed. One agent request per
-    host.
+    whose run's processes are gone is shown as stale, and never obeyed. A run the lab's policy
+    will stop as idle says so ("idle 1:05 — stops at 14:30 by the lab's policy"); `tfctl lab
+    policy` shows the policy of each host. One agent request per host.
 
     \b
     Example:
       tfctl lab
       tfctl lab --watch --idle-after 30m
       tfctl lab --json | jq '.[] | select(.state == "free") | "\\(.host):\\(.gpu)"'
+      tfctl lab policy
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from tfctl.remote.connect.fleet import Fleet  # no run, no engine: not the controller's
     from tfctl.remote.lab.ops import read_lab
 
@@ -128,6 +132,43 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
                     time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+@lab.command("policy")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object: each host's policy, "
+                                                      "and the hosts that disagree.")
+@click.pass_context
+def lab_policy(ctx: click.Context, as_json: bool) -> None:
+    """The lab policy in force on each host, and any host that disagrees with the others.
+
+    Each host's administrator writes the policy in /etc/tfctl/lab.yaml (or the file the host's
+    environment names in TFCTL_LAB_POLICY); tfctl trusts it only when root or the claims
+    folder's owner owns it, and every user's tfctl applies it there. A host whose file is
+    ignored (foreign-owned, malformed) is named with why. See docs/policy.md.
+
+    \b
+    Example:
+      tfctl lab policy
+      tfctl lab policy --json | jq '.hosts[] | {host, words}'
+    """
+    from tfctl.remote.connect.fleet import Fleet
+    from tfctl.remote.lab.policy import disagreeing, disagreement_words, read_policies
+
+    c = obj(ctx)
+    with Fleet(c.load(), c.ssh_options()) as fleet:
+        hosts = read_policies(fleet)
+    if as_json:
+        click.echo(json.dumps({"hosts": [h.to_json() for h in hosts],
+                               "disagreeing": [h.host for h in disagreeing(hosts)]}, indent=2))
+    else:
+        width = max(len(h.host) for h in hosts)
+        for h in hosts:
+            where = f"  {h.path}" if h.path else ""
+            click.echo(f"{h.host:<{width}}{where}  {h.words}")
+        for line in disagreement_words(hosts):
+            warn(line)
+    if any(h.error is not None for h in hosts):
+        sys.exit(EXIT_FAILED)
 
 
 def _targets(ctx: click.Context, targets: Sequence[str]) -> tuple[Any, dict[str, list[int]]]:

@@ -421,7 +421,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
             click.echo(json.dumps({"run_id": None, "source": None, "job_ended": False,
                                    "exit_code": None, "fatal": None, "stopped": [],
                                    "unreachable": {}, "silences": [], "records_stopped": {},
-                                   "tasks": []}, indent=2))
+                                   "idle": {}, "tasks": []}, indent=2))
             return
         click.echo("no run yet: start one with `tfctl up`")
         return
@@ -436,6 +436,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "hosts": st.reach(run.hosts, time.time()),
                                "silences": [s.to_json(time.time()) for s in st.silences],
                                "records_stopped": dict(st.records_stopped),
+                               "idle": {h: dict(v) for h, v in st.idle.items()},
                                "tasks": [_task_json(t, patterns) for t in st.tasks]}, indent=2))
         return
     click.echo(f"run {st.run_id} (from the {run.source})")

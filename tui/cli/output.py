@@ -249,6 +249,7 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from tfctl.remote.lab.idle import idle_words
     from tfctl.remote.runs.status import records_words
 
     table = Table(show_edge=False, pad_edge=False)
@@ -271,6 +272,8 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
         secho(silence.words(time.time()), fg="yellow")
     for host, state in st.records_stopped.items():
         secho(records_words(host, state), fg="yellow")
+    for host, state in st.idle.items():  # warned by the lab's policy: stopped unless used
+        secho(idle_words(host, state, time.time()), fg="yellow")
     _say_lost_to_restarts(st)
 
 

@@ -23,6 +23,8 @@ from tfctl.remote.agent.vocab import (
     FinishRequest,
     GpuState,
     GpuStateRequest,
+    LabPolicy,
+    LabPolicyRequest,
     LabRequest,
     LaunchAnswer,
     LaunchRequest,
@@ -250,6 +252,12 @@ def lab(t: Transport, workdir: str, sample_s: float | None = None,
     `remote.lab.view`. `sample_s`: how often the host's idle sampler samples."""
     return GpuState.from_wire(_call(t, "lab", LabRequest(workdir, sample_s, linger_s),
                                     timeout_s=90))
+
+
+def lab_policy(t: Transport) -> LabPolicy:
+    """The lab policy in force on the host, or why its file is ignored (op `lab_policy`,
+    remote/agent/policy.py)."""
+    return LabPolicy.from_wire(_call(t, "lab_policy", LabPolicyRequest()))
 
 
 def claims(t: Transport) -> ClaimsAnswer:

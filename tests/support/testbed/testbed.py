@@ -151,7 +151,10 @@ class Testbed:
             owner=self.user,
             # Each host its own claims folder (remote/agent/claims.py), as each machine has its
             # own /tmp: the lab hosts share this machine's.
-            env={"TFCTL_CLAIMS_DIR": str(self.claims_dir(host.name))},
+            # and its own lab policy file (remote/agent/policy.py), absent unless a test writes
+            # it, as each machine has its own /etc/tfctl/lab.yaml.
+            env={"TFCTL_CLAIMS_DIR": str(self.claims_dir(host.name)),
+                 "TFCTL_LAB_POLICY": str(self.policy_file(host.name))},
         )
         prefix: list[str] = []
         if host.namespace is not None:
@@ -201,6 +204,11 @@ class Testbed:
         """The host's claims folder (its sessions' TFCTL_CLAIMS_DIR) in the host's own /tmp
         (mode 1777), made by whoever claims first."""
         return self.host(name).dir / "tmp" / "tfctl-claims"
+
+    def policy_file(self, name: str) -> Path:
+        """The host's lab policy file (its sessions' TFCTL_LAB_POLICY), in the host's own
+        `etc/tfctl/` (mode 755, root's, as /etc/tfctl is): none until a test writes one."""
+        return self.host(name).dir / "etc" / "tfctl" / "lab.yaml"
 
     # ---------------------------------------------------------------- other users, GPUs
 
