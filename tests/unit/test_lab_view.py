@@ -9,7 +9,7 @@ import pytest
 
 from tfctl.remote.agent.lab import next_low, parse_app_lines, parse_gpu_lines
 from tfctl.remote.agent.vocab import GpuState
-from tfctl.remote.gpus.busy import judge_host
+from tfctl.remote.gpus.busy import judge_gpus_busy
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.lab.claims import blocking, clock, host_claims
 from tfctl.remote.lab.targets import parse_duration, parse_targets
@@ -151,12 +151,12 @@ def test_up_is_refused_a_reserved_gpu_naming_who_and_until_when() -> None:
     apps = [GpuProcess("GPU-0", 501, 1500.0, "python")]
     procs = {501: {"user": "alice", "cmdline": "python train.py", "pgid": 499,
                    "tfctl_run_id": None}}
-    state = judge_host("titan", ("0", "1"), gpus, apps, procs, claims=claims)
+    state = judge_gpus_busy("titan", ("0", "1"), gpus, apps, procs, claims=claims)
     assert [u.describe() for u in (*state.busy, *state.claimed)] == [
         "GPU 0: pid 501 (user alice, 1500 MiB, python train.py); tfctl run r-a worker:0",
         f"GPU 1: reserved by bob until {clock(NOW + 7200)} (ICML runs)"]
     assert state.free == (2, 3)  # the stale claim's GPU is free; bob's and alice's are not
-    own = judge_host("titan", ("1",), gpus, [], {}, claims=host_claims(
+    own = judge_gpus_busy("titan", ("1",), gpus, [], {}, claims=host_claims(
         "titan", _answer(me={"uid": BOB, "user": "bob"})))
     assert own.busy == () and own.claimed == ()
 
