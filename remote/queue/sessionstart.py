@@ -80,14 +80,14 @@ def place_session(inv: Inventory, ssh: SshOptions, kind: str, gpus: int, hosts: 
                             raise
                         continue  # taken between the look and the start: look again
                     return SessionPlaced(chosen, tuple(gpu_ids), run_id)
-                n_gpus = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+                plural = "s" if gpus != 1 else ""
                 if not when_free:
-                    raise SessionRefused(f"no {n_gpus} free on one host now: "
+                    raise SessionRefused(f"no {gpus} GPU{plural} free on one host now: "
                                          f"{placement.words()}; `tfctl {kind} --when-free` "
                                          "waits for them")
                 if not told:
-                    say(f"waiting in the lab's queue for {n_gpus} free ({placement.words()}); "
-                        "Ctrl-C gives up")
+                    say(f"waiting in the lab's queue for {gpus} free GPU{plural} "
+                        f"({placement.words()}); Ctrl-C gives up")
                     told = True
                 time.sleep(WHEN_FREE_POLL_S)
         finally:

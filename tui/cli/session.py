@@ -18,11 +18,13 @@ when the shell ends, however it ends.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -223,9 +225,10 @@ def _place_and_start(ctx: click.Context, inv: Inventory, gpus: int, hosts: list[
     from tfctl.tui.cli.setup import CliUpHooks
 
     try:
-        placed = place_session(inv, obj(ctx).ssh_options(), kind, gpus, hosts, when_free, sync,
-                               start, socket.gethostname(), say_event, say,
-                               hooks=CliUpHooks(False))
+        with _ends_as_interrupt():
+            placed = place_session(inv, obj(ctx).ssh_options(), kind, gpus, hosts, when_free,
+                                   sync, start, socket.gethostname(), say_event, say,
+                                   hooks=CliUpHooks(False))
     except (SessionRefused, RemoteError) as exc:
         _fail(str(exc), EXIT_FAILED)
     if placed.gpus:
@@ -288,17 +291,31 @@ def _has_display() -> bool:
 
 def _hold() -> None:
     """Sleep until Ctrl-C (or SIGTERM, or SIGHUP: a closed terminal)."""
+    try:
+        with _ends_as_interrupt():
+            while True:
+                time.sleep(1.0)
+    except KeyboardInterrupt:
+        say("tunnel closed; the notebook lives on")
+
+
+@contextlib.contextmanager
+def _ends_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal) end what runs inside as Ctrl-C does, with
+    KeyboardInterrupt, so that its `finally`s run: a session waiting for GPUs takes its ticket
+    back from the hosts, where Python's default for either signal would leave it there."""
     import signal
 
-    def interrupt(_signum: int, _frame: object) -> None:
+    def interrupt(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            from tfctl.tui.cli.interrupts import silence_terminal
+
+            silence_terminal()
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        while True:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        say("tunnel closed; the notebook lives on")
+        yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
