@@ -214,7 +214,7 @@ def test_two_tabs_polling_read_the_hosts_once(
     assert counted["current"] == 1 and counted["host_status"] == 1, counted
     for tab in (first, second):
         (row,) = tab.control.lab()[0].rows  # asked for together: one read for both
-        assert row.error == "no nvidia-smi on the PATH there"
+        assert row.state == "cpu" and row.error is None  # the lab's answer: no GPUs there
     assert counted["lab"] == 1, counted
     first.telemetry.fetch()
     assert first.telemetry.snapshot("a").host == "a"
