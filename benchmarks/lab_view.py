@@ -66,7 +66,7 @@ from lab_scale import run_id_of
 
 # What a person types on each host to see what `tfctl lab` shows (the fields lab.py reads).
 BY_HAND = "; ".join([
-    "nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu,name "
+    "nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu,power.draw,name "
     "--format=csv,noheader,nounits",
     "nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits",
     "ps -eo pid,user,pgid,lstart,args",

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.errors import ErrorFactory
 from tfctl.inventory.model import Inventory
 from tfctl.inventory.yamlmarks import PathKey
-
-ErrorFactory = Callable[[PathKey, str, str], InventoryError]
 
 
 def check_ports(inv: Inventory, error: ErrorFactory) -> None:

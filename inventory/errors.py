@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -24,3 +25,8 @@ class InventoryError(Exception):
         key = f" {self.key_path}:" if self.key_path else ""
         hint = f" — {self.hint}" if self.hint else ""
         return f"{where}:{key} {self.message}{hint}"
+
+
+ErrorFactory = Callable[[tuple[str | int, ...], str, str], InventoryError]
+"""Makes the error for a key of the file (its path, as `yamlmarks.PathKey`), what is wrong and
+the fix: the loader's, which finds the key's line."""

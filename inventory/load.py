@@ -11,15 +11,17 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from tfctl.inventory import model, schema
 from tfctl.inventory.errors import InventoryError
-from tfctl.inventory.frameworks.tensorflow import strategy
 from tfctl.inventory.hostfile import read_hostfile
 from tfctl.inventory.yamlmarks import PathKey, format_path, load_with_lines
+
+if TYPE_CHECKING:
+    from tfctl.inventory.frameworks.interface import Framework
 
 DEFAULT_INVENTORY = "cluster.yaml"
 MAX_BYTES = model.MAX_INVENTORY_BYTES
@@ -107,10 +109,19 @@ def _first_error(exc: ValidationError, lines: Mapping[PathKey, int],
         return InventoryError(filename, _line_for(loc[:-1], lines), format_path(loc),
                               "this key is required", _missing_hint(loc))
     message = err["msg"].replace("Value error, ", "")
-    got = repr(err["input"])
-    got = got if len(got) <= 60 else got[:57] + "..."
-    return InventoryError(filename, line, format_path(loc), f"{message} (got {got})",
+    return InventoryError(filename, line, format_path(loc), f"{message} ({_got(err['input'])})",
                           _type_hint(loc))
+
+
+def _either(words: list[str]) -> str:
+    """`a, b or c`."""
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
+
+
+def _got(value: object) -> str:
+    """`got 'nope'`: the value a key was given, cut to 60 characters."""
+    got = repr(value)
+    return "got " + (got if len(got) <= 60 else got[:57] + "...")
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> PathKey:
@@ -166,8 +177,6 @@ _EXAMPLES = {
     "strategy": "write one of `strategy: flags`, `parameter_server`, `multi_worker_mirrored`, "
                 "`mirrored` or `custom` (README: Which strategy?)",
     "workers": "write `workers: per_gpu` or `workers: per_host`",
-    "framework": "write `framework: tensorflow`, `torch` or `jax` (README: Jobs that are not "
-                 "a TensorFlow cluster)",
     "chief": "write `chief: true` (first host), `chief: false`, or a host name",
     "sync": "write `sync: false` or a mapping like `sync: {source: ., exclude: [.git]}`",
     "transport": "write `transport: ssh` or `transport: local`",
@@ -191,6 +200,12 @@ def _type_hint(loc: PathKey) -> str:
         return schema.ENGINE_HINTS.get(key, schema.ENGINE_HINTS[str(loc[0])])
     if key in _EXAMPLES:
         return _EXAMPLES[key]
+    if key == "framework":
+        from tfctl.inventory.frameworks import FRAMEWORKS
+
+        names = [f"`{n}`" for n in FRAMEWORKS]
+        names[0] = f"`framework: {names[0][1:]}"
+        return f"write {_either(names)} (README: Jobs that are not a TensorFlow cluster)"
     return "see the inventory format in README.md"
 
 
@@ -217,6 +232,7 @@ class _Resolver:
                               message, hint)
 
     def inventory(self) -> model.Inventory:
+        self._check_framework()
         host_specs = self._host_specs()
         if not host_specs:
             raise self.error(("hosts",), "no hosts", "list at least one host under `hosts:`")
@@ -277,11 +293,7 @@ class _Resolver:
             value = getattr(h, key)
             return value if value is not None else getattr(d, key)
 
-        strategy_name = self.spec.job.strategy if self.spec.job is not None else None
-        strategy.check_host(i, h, strategy_name, self.error)
-        ranks = self._ranks()
-        ps = strategy.host_ps(i, h, strategy_name, self.error) if ranks is None else \
-            ranks.host_ps(i, h, self._framework_title(), self.error)
+        ps = self._framework().host_ps(i, h, self.spec.job, self.error)
         env = dict(d.env or {})
         env.update(h.env or {})
         workdir = pick("workdir") or BUILTIN_DEFAULTS["workdir"].format(name=self.spec.name)
@@ -328,34 +340,32 @@ class _Resolver:
                                  "give every host a unique name (the address may repeat)")
             seen[h.name] = i
 
-    def _ranks(self) -> Any:
-        """`frameworks/rankkeys.py` for a job of ranks (torch, jax); None for TensorFlow's."""
-        job = self.spec.job
-        if job is None or job.framework == "tensorflow":
-            return None
-        from tfctl.inventory.frameworks import rankkeys
-
-        return rankkeys
-
-    def _framework_title(self) -> str:
+    def _check_framework(self) -> None:
+        """`job.framework` names an entry of the registry (inventory/frameworks/), refused as
+        the schema refuses a value of a key with a few allowed values."""
         from tfctl.inventory.frameworks import FRAMEWORKS
 
-        return FRAMEWORKS[self.spec.job.framework if self.spec.job else "tensorflow"].title
+        if self.spec.job is None:
+            return
+        name = self.spec.job.framework
+        if isinstance(name, str) and name in FRAMEWORKS:
+            return
+        raise self.error(("job", "framework"),
+                         f"Input should be {_either([repr(n) for n in FRAMEWORKS])} "
+                         f"({_got(name)})", _type_hint(("job", "framework")))
+
+    def _framework(self) -> Framework:
+        """The job's framework (`inventory/frameworks/`), the default one where the file has
+        no job."""
+        from tfctl.inventory.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+
+        return FRAMEWORKS[self.spec.job.framework] if self.spec.job else DEFAULT_FRAMEWORK
 
     def _job(self, names: set[str], hosts: tuple[model.Host, ...]) -> model.Job:
         j = self.spec.job
         assert j is not None
-        ranks = self._ranks()
-        if ranks is not None:
-            ranks.check_job(j, self._framework_title(), self.error)
-            style: model.Style = "env"
-            workers = ranks.resolve_workers(j, "per_host" if j.framework == "jax" else "per_gpu")
-            ports = ranks.resolve_ports(j)
-        else:
-            style = strategy.resolve_style(j, self.error)
-            strategy.check_chief(j, self.error)
-            workers = strategy.resolve_workers(j, self.error)
-            ports = strategy.resolve_ports(j, self.error)
+        keys = self._framework().resolve_job(j, self.error)
+        style, workers, ports = keys.style, keys.workers, keys.ports
         chief = self._chief(j, style, names, hosts)
         evaluator = tensorboard = None
         if j.evaluator is not None:
@@ -371,8 +381,7 @@ class _Resolver:
         r = j.restart
         restart = model.RestartPolicy(
             policies={t: getattr(r, t) for t in model.TASK_TYPES}, max=r.max, backoff_s=r.backoff,
-            together=(r.together if r.together is not None
-                      else j.strategy == "multi_worker_mirrored" or ranks is not None))
+            together=r.together if r.together is not None else keys.together)
         return model.Job(
             script=j.script or "", args=tuple(j.args), framework=j.framework, style=style,
             workers=workers, strategy=j.strategy, chief=chief,

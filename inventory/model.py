@@ -71,7 +71,7 @@ class Host:
     resolves it (its HostName), which is what the plan's cluster spec names."""
     free_gpus: FreeGpus | None = None
     """`gpus: free` / `{free: N}`: `gpus` is a stand-in until `up` takes the GPUs nobody holds
-    or reserved (remote/lab/place.py); None: `gpus` is what the file wrote."""
+    or reserved (remote/lab/freegpus.py); None: `gpus` is what the file wrote."""
     line: int = 0
     """Line of this host's entry in the inventory file, for messages."""
 

@@ -1,7 +1,7 @@
 """The rules a finished plan is held to: the roles and layouts its framework runs, then the
 framework's own rules (TensorFlow's per `job.strategy`: frameworks/tensorflow/rules.py).
 
-A refusal (`Finding`) is a mistake the framework would make you find at run time; the loader
+A refusal (`Refusal`) is a mistake the framework would make you find at run time; the loader
 turns the first one into a located `InventoryError` (exit 2), and `up --only/--exclude` refuses a
 part of the lab that breaks one. A warning is a plan that runs but wastes the lab; `make_plan`
 puts the warnings on `Plan.warnings`, which `tfctl plan` prints.
@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tfctl.inventory.frameworks import framework_of
-from tfctl.inventory.frameworks.interface import Finding, Framework
+from tfctl.inventory.frameworks.interface import Framework, Refusal
 
 if TYPE_CHECKING:
     from tfctl.inventory.tasks import Plan
 
-__all__ = ["Finding", "refusals", "warnings"]
+__all__ = ["Refusal", "refusals", "warnings"]
 
 
-def refusals(plan: Plan) -> list[Finding]:
+def refusals(plan: Plan) -> list[Refusal]:
     """Every rule the plan breaks, in the order a reader should fix them."""
     framework = framework_of(plan.inventory.job)
     return [*_roles_refused(plan, framework), *framework.refusals(plan)]
@@ -31,22 +31,22 @@ def warnings(plan: Plan) -> tuple[str, ...]:
     return framework_of(plan.inventory.job).warnings(plan)
 
 
-def _roles_refused(plan: Plan, framework: Framework) -> list[Finding]:
+def _roles_refused(plan: Plan, framework: Framework) -> list[Refusal]:
     """A parameter server, chief or evaluator the framework has no role for, or a worker
     layout it does not run."""
     inv, name = plan.inventory, framework.title
     found = []
     if "ps" not in framework.roles and any(h.ps for h in inv.hosts):
         keys = tuple(("hosts", i, "ps") for i, h in enumerate(inv.hosts) if h.ps)
-        found.append(Finding((*keys, ("hosts",)), f"{name} has no parameter servers",
+        found.append(Refusal((*keys, ("hosts",)), f"{name} has no parameter servers",
                              "set `ps: 0` on every host"))
     if "chief" not in framework.roles and inv.job.chief is not None:
-        found.append(Finding((("job", "chief"),), f"{name} has no chief", "remove `chief:`"))
+        found.append(Refusal((("job", "chief"),), f"{name} has no chief", "remove `chief:`"))
     if "evaluator" not in framework.roles and inv.job.evaluator is not None:
-        found.append(Finding((("job", "evaluator"),), f"{name} has no evaluator task",
+        found.append(Refusal((("job", "evaluator"),), f"{name} has no evaluator task",
                              "remove `evaluator:`"))
     if inv.job.workers not in framework.layouts:
-        found.append(Finding((("job", "workers"),), f"{name} does not run `workers: "
+        found.append(Refusal((("job", "workers"),), f"{name} does not run `workers: "
                              f"{inv.job.workers}`", "write `workers: " +
                              " or ".join(framework.layouts) + "`"))
     return found

@@ -228,8 +228,9 @@ class JobSpec(_Strict):
     script: Annotated[str, StringConstraints(min_length=1)] | None = None
     args: list[Arg] = []
     # How the processes find each other: TensorFlow's cluster (ps, workers, chief), or one
-    # process group with torchrun's variables (torch) or JAX's and Keras 3's (jax).
-    framework: Literal["tensorflow", "torch", "jax"] = "tensorflow"
+    # process group with torchrun's variables (torch) or JAX's and Keras 3's (jax): a name of
+    # the registry (inventory/frameworks/ `FRAMEWORKS`), which the loader checks it against.
+    framework: Any = "tensorflow"
     strategy: Strategy | None = None
     style: Literal["tf_config", "flags"] | None = None
     workers: Literal["per_gpu", "per_host"] | None = None

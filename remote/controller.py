@@ -5,7 +5,7 @@ The dashboard takes a `RunController` by injection (tests pass a fake with the s
 Every method blocks (SSH), so the UI calls them from thread workers; per-host reads
 (`host_status`) exist so that one slow or dead host never delays the others.
 
-A run starts on the `Engine` (remote/engines/engine.py) that `on` names (`up --on lab|slurm`:
+A run starts on the `Engine` (remote/engines/engine.py) that `on` names (`up --on hosts|slurm`:
 the user's hosts, `HostsEngine`, or one Slurm job, `SlurmEngine`); reads and stops of the run go
 to the engine it is on, chosen once from the current run (remote/engines/choice.py), so that no
 method here asks which engine it holds. The controller sits above remote/runs/ and
@@ -60,10 +60,10 @@ __all__ = ["WARNING", "DownSummary", "GpusBusy", "RunController", "StatusReport"
 
 class RunController:
     def __init__(self, inventory: Inventory, options: SshOptions | None = None, *,
-                 on: str = "lab"):
+                 on: str = "hosts"):
         self.inventory = inventory
         self.on = on
-        """The engine `up` starts a run on (`up --on`: `lab`, the hosts; `slurm`)."""
+        """The engine `up` starts a run on (`up --on`: `hosts`; `slurm`; engines/choice.py)."""
         self._plan: Plan | None = None
         self.fleet = Fleet(inventory, options)
         self._run: CurrentRun | None = None
@@ -73,7 +73,7 @@ class RunController:
         """The read that ended the last `up` (every task verified started)."""
         self._engine: Engine | None = None
         self.gpus_taken: dict[str, tuple[int, ...]] = {}
-        """The GPUs `up` took on `gpus: free` hosts (remote/lab/place.py)."""
+        """The GPUs `up` took on `gpus: free` hosts (remote/lab/freegpus.py)."""
 
     @property
     def plan(self) -> Plan:
@@ -206,7 +206,7 @@ class RunController:
         check_state_writable(self.inventory)
         engine = self._engine_to_start()
         try:
-            placed, taken = engine.place(self.inventory, say)
+            placed, taken = engine.take_gpus(self.inventory, say)
             if placed is not self.inventory:
                 self.inventory, self.gpus_taken, self._plan = placed, taken, None
             for w in self.plan.warnings:

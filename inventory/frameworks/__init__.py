@@ -1,44 +1,46 @@
 """The frameworks a job can run, by name: how its tasks find each other, one entry each.
 
 A framework is one object (`interface.Framework`) that answers every framework question tfctl
-asks, so that nothing outside this package knows a framework's environment or flags:
+asks, so that nothing outside this package knows a framework's keys, environment or flags:
 
+- what the loader makes of the job's keys (`resolve_job`: the style, the worker layout, whose
+  default is `layouts[0]`, the ports, whether its tasks restart together) and of a host's
+  (`host_ps`), refusing what the framework cannot honour where it is written;
 - where the job's processes run (`place`: roles, ports, GPU masks; the roles it allows, the
   worker layouts it runs) and how each learns its place (`hand`: the env and args the
   framework's code reads, e.g. TensorFlow's TF_CONFIG); `inventory/plan.py` calls both, and
   `plan.with_ports` calls `hand` again when `up` chose other ports;
 - its rules on a finished plan (`refusals`, `warnings`), which `inventory/rules.py` applies;
+- whether its workers are one process group that lives and ends whole (`one_group`): the end
+  rule (`remote/runs/endrule.py`, mode `group`), the acting chief (`remote/runs/status.py`),
+  what `tfctl check` says is exposed and the Slurm script's words ask it;
 - what `tfctl check` asks each host about it and what it makes of the answer (`asks_host`,
-  `judge_install`, `judge_host`; remote/runs/check.py), and the hints for its known failures in
-  a task's log (`hints`; remote/runs/failure.py).
+  `judge_install`, `judge_import`; remote/runs/check.py), and the hints for its known failures
+  in a task's log (`hints`; remote/runs/failure.py).
 
 The entries: TensorFlow (`tensorflow/`, every job's unless it says otherwise), PyTorch
 (`pytorch.py`, `job.framework: torch`: torchrun's environment) and JAX (`jaxdist.py`,
 `job.framework: jax`: JAX's coordinator and Keras 3's distribution variables); the last two
-share `ranks.py` (one process group whose rank 0 coordinates, and how it ends). The files a new
+share `ranks.py` (one process group whose rank 0 coordinates, how it ends, what the loader
+makes of its keys, `rankkeys.py`, and what `check` makes of its probe answer). The files a new
 framework touches:
 
-1. `inventory/frameworks/<name>.py`: the entry, the `Framework` Protocol's members;
-2. this file: one line in `FRAMEWORKS`;
-3. where the inventory names it: the `job.framework` key's values (`inventory/schema.py`) and
-   any key of its own the loader resolves (`inventory/load.py`), as TensorFlow's
-   `job.strategy` is (`tensorflow/strategy.py`);
-4. only if `tfctl check` must ask the hosts something new about it (its version, the GPUs it
-   sees): the agent's probe (`remote/agent/hostops.py` `op_probe` and a module beside
-   `remote/agent/tfprobe.py`, listed in `remote/connect/session/program.py`), the probe
-   request (`remote/agent/vocab.py`, `remote/connect/session/agentops.py`) and the mapping of
-   `asks_host` onto it in `remote/runs/check.py`;
-5. only if `tfctl export slurm` must run it: the sbatch script computes each task's cluster
-   env itself from the allocation (the Slurm exporter's shell part), so it learns the new env
-   there;
-6. only if its job ends otherwise than by a chief's or every worker's end: the end rule
-   (`remote/runs/endrule.py`, what the hosts' watchers apply, `remote/agent/watch.py`) and the
-   client's reading of it (`remote/runs/status.py`), as the group of ranks' end (mode `group`,
-   style `env`) is there. PyTorch, the second entry, needed all six (and the mode and style,
-   which JAX, the third, then shared); JAX needed 1, 2, 3 and a probe and a Slurm case of its
-   own.
+1. `inventory/frameworks/<name>.py`: the entry, the `Framework` Protocol's members (a process
+   group like torch's: a `ranks.Ranks` with its name, title, module, install command, what it
+   hands and what it alone says of the host's import; tests/unit/test_framework_seam.py's
+   `Gang` is one);
+2. this file: one line in `FRAMEWORKS` (the schema takes every name here for `job.framework`);
+3. only if `tfctl check` must ask the hosts about it (its version, the GPUs it sees): the
+   agent's probe, which runs on the hosts and imports nothing of tfctl's inventory
+   (`remote/agent/fwprobe.py`: its distributions, what must be installed before it is asked,
+   the code that asks it);
+4. only if `tfctl export slurm` (and `up --on slurm`) must run it, which refuses it in one
+   sentence until then: the sbatch script computes each rank's address variables itself from
+   the allocation (`remote/exporters/slurm.py` `GROUP_ADDRESS_ENV`, and `tfctl_group_env` in
+   its shell part, slurm_sh.py), so it learns the new ones there.
 
-The plan builder, `with_ports`, the rules' front, check and the failure hints need no change.
+The schema, the loader, the plan builder, `with_ports`, the rules' front, the end rule,
+`status`, `check`, `tfctl plan`'s header and the failure hints need no change.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ from tfctl.inventory.model import Job
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (TENSORFLOW, PYTORCH, JAX)}
 """Every framework a job can name, by `Framework.name`."""
+
+DEFAULT_FRAMEWORK: Framework = TENSORFLOW
+"""The framework of a job that names none (`Job.framework`'s default), and the one whose keys
+a file without a job is checked against."""
 
 
 def framework_of(job: Job) -> Framework:

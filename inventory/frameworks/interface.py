@@ -19,10 +19,12 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
-from tfctl.inventory.model import Host, Inventory, Job, WorkerLayout
+from tfctl.inventory.model import Host, Inventory, Job, Ports, Style, WorkerLayout
 from tfctl.inventory.tasks import Place, TaskType
 
 if TYPE_CHECKING:  # (yamlmarks would import PyYAML, which a cached inventory's plan never needs)
+    from tfctl.inventory.errors import ErrorFactory
+    from tfctl.inventory.schema import HostSpec, JobSpec
     from tfctl.inventory.tasks import Plan
     from tfctl.inventory.yamlmarks import PathKey
 
@@ -52,12 +54,24 @@ class Handed(NamedTuple):
     """Appended to the task's command line, after every argument the inventory gives."""
 
 
-class Finding(NamedTuple):
+class Refusal(NamedTuple):
     """A refused plan: where to point (the first of `keys` written in the file), what, the fix."""
 
     keys: "tuple[PathKey, ...]"
     message: str
     hint: str
+
+
+class JobKeys(NamedTuple):
+    """What the loader resolves of the job's keys for its framework (`Framework.resolve_job`)."""
+
+    style: Style
+    """How a task learns the cluster (`Job.style`)."""
+    workers: WorkerLayout
+    """The worker layout: the file's `workers:`, else the framework's default."""
+    ports: Ports
+    together: bool
+    """Whether its tasks restart together where `restart.together` is not written."""
 
 
 class Hint(NamedTuple):
@@ -86,7 +100,8 @@ class Framework(Protocol):
     cluster_roles: tuple[TaskType, ...]
     """The roles whose ports the other tasks connect to (what the firewall must let through)."""
     layouts: tuple[WorkerLayout, ...]
-    """The worker layouts it runs (`job.workers`): one process per GPU, per host, or both."""
+    """The worker layouts it runs (`job.workers`): one process per GPU, per host, or both; the
+    first is the default where the file writes none."""
     asks_host: tuple[str, ...]
     """What `tfctl check` asks each host about it, by the agent probe's name ("tensorflow":
     remote/agent/tfprobe.py, its version and the GPUs it sees; "torch", "jax":
@@ -94,6 +109,24 @@ class Framework(Protocol):
     shown_env: tuple[str, ...]
     """The variables it hands that `tfctl plan`'s table shows per task (TensorFlow: none, its
     cluster is the `*_hosts` lines above the table)."""
+    one_group: bool
+    """Its workers are the ranks of one process group that lives and ends whole (torch, jax):
+    the job ends at rank 0's end or any rank's failure (remote/runs/endrule.py, mode `group`),
+    worker 0 is the acting chief, and only rank 0's port is open to the network."""
+
+    def resolve_job(self, job: "JobSpec", error: "ErrorFactory") -> JobKeys:
+        """The job's framework keys resolved in the loader, where a key written in the file is
+        still told from one left to its default (its `layouts[0]` is the default layout); what
+        the framework cannot honour is refused where it is written (`error`)."""
+
+    def host_ps(self, i: int, host: "HostSpec", job: "JobSpec | None",
+                error: "ErrorFactory") -> int:
+        """How many parameter servers `hosts[i]` runs; its keys the framework cannot honour
+        are refused where they are written. `job` is None in a file without one."""
+
+    def summary(self, job: Job) -> str:
+        """The job's shape in a few words, after the inventory's name in `tfctl plan`'s
+        header (`style tf_config`, `PyTorch`)."""
 
     @property
     def hints(self) -> tuple[Hint, ...]:
@@ -114,7 +147,7 @@ class Framework(Protocol):
         """What `place` is given to find its place in `cluster`; a function of the places'
         types, indices, addresses, ports and masks only, so that new ports hand new values."""
 
-    def refusals(self, plan: "Plan") -> list[Finding]:
+    def refusals(self, plan: "Plan") -> list[Refusal]:
         """What the framework would fail on at run time, in the order a reader fixes them."""
 
     def warnings(self, plan: "Plan") -> tuple[str, ...]:
@@ -123,10 +156,10 @@ class Framework(Protocol):
     def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
         """What the host's probe answer says of the framework's installation (its version)."""
 
-    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
-                   job: Job) -> list[tuple[Level, str]]:
-        """What the framework said of itself on the host (`asks_host`), against the GPUs the
-        inventory selects there and the job."""
+    def judge_import(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                     job: Job) -> list[tuple[Level, str]]:
+        """What the framework said of itself when the host's probe imported it (`asks_host`),
+        against the GPUs the inventory selects there and the job."""
 
 
 # ---------------------------------------------------------------- what placing uses

@@ -51,6 +51,8 @@ class Jax(ranks.Ranks):
     name: str = "jax"
     title: str = "JAX"
     layouts: tuple[WorkerLayout, ...] = ("per_host", "per_gpu")  # per_host first: its default
+    module: str = "jax"
+    install: str = "pip install jax, or jax[cuda12] for GPUs"
     asks_host: tuple[str, ...] = ("jax",)
     shown_env: tuple[str, ...] = SHOWN
 
@@ -73,34 +75,20 @@ class Jax(ranks.Ranks):
         return Handed(env=env, env_defaults={"KERAS_BACKEND": "jax",
                                              "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"})
 
-    def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
-        versions = probe.get("framework_versions") or {}
-        if not versions.get("jax"):
-            return [("fail", f"JAX is not installed for {probe.get('executable')}: install it "
-                             "there (pip install jax, or jax[cuda12] for GPUs) or point "
-                             "`python:` at an interpreter that has it")]
+    def judge_versions(self, versions: Mapping[str, str]) -> list[tuple[Level, str]]:
         if not versions.get("jaxlib"):
             return [("fail", f"jax {versions['jax']} is there without jaxlib: pip install "
                              "jaxlib (or jax[cuda12])")]
         keras = f", Keras {versions['keras']}" if versions.get("keras") else ""
         return [("ok", f"JAX {versions['jax']} (jaxlib {versions['jaxlib']}){keras}")]
 
-    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
-                   job: Job) -> list[tuple[Level, str]]:
-        said = (probe.get("frameworks") or {}).get("jax")
-        if said is None:
-            return []
-        if not said.get("importable"):
-            return [("fail", f"`import jax` fails there: {said.get('error')}")]
+    def judge_imported(self, said: Mapping[str, Any],
+                       wanted: tuple[int, ...]) -> list[tuple[Level, str]]:
         gpus = list(said.get("gpus") or [])
-        found: list[tuple[Level, str]] = [
-            ("ok", f"JAX {said.get('version')} sees {len(gpus)} GPU(s) (default backend "
-                   f"{said.get('backend')})")]
-        if wanted and len(gpus) < len(wanted):
-            found.append(("fail", f"JAX sees {len(gpus)} GPU(s) but the inventory selects "
-                                  f"{len(wanted)}: install jax[cuda12] there (the plain `jax` "
-                                  "wheel runs on the CPU only)"))
-        return found
+        return [("ok", f"JAX {said.get('version')} sees {len(gpus)} GPU(s) (default backend "
+                       f"{said.get('backend')})"),
+                *ranks.too_few_gpus("JAX", said, wanted, "install jax[cuda12] there (the plain "
+                                    "`jax` wheel runs on the CPU only)")]
 
 
 def _hints() -> tuple[Hint, ...]:

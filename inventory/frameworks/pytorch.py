@@ -43,6 +43,8 @@ class PyTorch(ranks.Ranks):
 
     name: str = "torch"
     title: str = "PyTorch"
+    module: str = "torch"
+    install: str = "pip install torch"
     asks_host: tuple[str, ...] = ("torch",)
     shared_mask: bool = True
     shown_env: tuple[str, ...] = SHOWN
@@ -67,21 +69,8 @@ class PyTorch(ranks.Ranks):
         defaults.update(gloo.interface_defaults(r.coordinator.address, r.addresses))
         return Handed(env=env, env_defaults=defaults)
 
-    def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
-        version = (probe.get("framework_versions") or {}).get("torch")
-        if version:
-            return [("ok", f"PyTorch {version}")]
-        return [("fail", f"PyTorch is not installed for {probe.get('executable')}: install it "
-                         "there (pip install torch) or point `python:` at an interpreter that "
-                         "has it")]
-
-    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
-                   job: Job) -> list[tuple[Level, str]]:
-        said = (probe.get("frameworks") or {}).get("torch")
-        if said is None:
-            return []
-        if not said.get("importable"):
-            return [("fail", f"`import torch` fails there: {said.get('error')}")]
+    def judge_imported(self, said: Mapping[str, Any],
+                       wanted: tuple[int, ...]) -> list[tuple[Level, str]]:
         gpus = list(said.get("gpus") or [])
         found: list[tuple[Level, str]] = [
             ("ok", f"PyTorch {said.get('version')} sees {len(gpus)} GPU(s); backends: "
@@ -90,10 +79,9 @@ class PyTorch(ranks.Ranks):
             found.append(("fail", f"this PyTorch is built without CUDA (a CPU wheel) and cannot "
                                   f"use the {len(wanted)} GPU(s) the inventory selects: install "
                                   "a CUDA build of torch there"))
-        elif wanted and len(gpus) < len(wanted):
-            found.append(("fail", f"PyTorch sees {len(gpus)} GPU(s) but the inventory selects "
-                                  f"{len(wanted)}: check the driver (`nvidia-smi`) and the CUDA "
-                                  "version torch was built for"))
+        else:
+            found += ranks.too_few_gpus("PyTorch", said, wanted, "check the driver "
+                                        "(`nvidia-smi`) and the CUDA version torch was built for")
         if not wanted and "gloo" not in (said.get("backends") or []):
             found.append(("fail", "a host without GPUs needs torch's gloo backend, which this "
                                   "build lacks"))

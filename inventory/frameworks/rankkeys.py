@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from tfctl.inventory import model, schema
 
 if TYPE_CHECKING:
-    from tfctl.inventory.checks import ErrorFactory
+    from tfctl.inventory.errors import ErrorFactory
 
 
 def check_job(job: schema.JobSpec, title: str, error: ErrorFactory) -> None:

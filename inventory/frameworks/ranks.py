@@ -23,13 +23,22 @@ What the loader makes of such a job's keys is `rankkeys.py`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tfctl.inventory.frameworks.interface import Finding, host_port, numbered, worker_masks
+from tfctl.inventory.frameworks.interface import (
+    JobKeys,
+    Level,
+    Refusal,
+    host_port,
+    numbered,
+    worker_masks,
+)
 from tfctl.inventory.model import Inventory, Job, WorkerLayout
 from tfctl.inventory.tasks import COMMON_ENV, Place, TaskType
 
 if TYPE_CHECKING:
+    from tfctl.inventory.errors import ErrorFactory
+    from tfctl.inventory.schema import HostSpec, JobSpec
     from tfctl.inventory.tasks import Plan
 
 ROLES = ("worker", "evaluator")
@@ -79,15 +88,39 @@ class Rank:
 
 class Ranks:
     """What every framework of ranks answers alike (`Framework`'s members): its roles, its
-    base env, its cluster as `tfctl plan` shows it, no rules of its own on a plan. An entry
-    adds its name, what it hands, how it places its ranks' GPUs and what `check` asks."""
+    keys in the loader (`rankkeys.py`), its base env, its cluster as `tfctl plan` shows it, no
+    rules of its own on a plan, and what `tfctl check` makes of its probe answer up to what is
+    the entry's own. An entry adds its name, what it hands, how it places its ranks' GPUs, how
+    it is installed, and what it alone says of an import (`judge_imported`)."""
 
+    title: str
+    module: str
+    """The Python module the host's probe imports (and names its answer by: `asks_host`)."""
+    install: str
+    """How to install it, in the fix for a host whose python lacks it (`pip install torch`)."""
     roles: tuple[TaskType, ...] = ROLES
     cluster_roles: tuple[TaskType, ...] = ("worker",)
     layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
+    one_group: bool = True
     shared_mask: bool = False
     """Every rank of a host sees all the host's GPUs and takes its own by LOCAL_RANK (torchrun's
     way), rather than each rank seeing only its own (`place`)."""
+
+    def resolve_job(self, job: JobSpec, error: ErrorFactory) -> JobKeys:
+        from tfctl.inventory.frameworks import rankkeys  # (the loader's only)
+
+        rankkeys.check_job(job, self.title, error)
+        return JobKeys("env", rankkeys.resolve_workers(job, self.layouts[0]),
+                       rankkeys.resolve_ports(job), together=True)
+
+    def host_ps(self, i: int, host: HostSpec, job: JobSpec | None,
+                error: ErrorFactory) -> int:
+        from tfctl.inventory.frameworks import rankkeys
+
+        return rankkeys.host_ps(i, host, self.title, error)
+
+    def summary(self, job: Job) -> str:
+        return self.title
 
     def place(self, inv: Inventory, addresses: Mapping[str, str]) -> list[Place]:
         return place(inv, addresses, shared_mask=self.shared_mask)
@@ -98,8 +131,45 @@ class Ranks:
     def spec(self, places: Sequence[Place]) -> dict[str, list[str]]:
         return spec(places)
 
-    def refusals(self, plan: Plan) -> list[Finding]:
+    def refusals(self, plan: Plan) -> list[Refusal]:
         return []
 
     def warnings(self, plan: Plan) -> tuple[str, ...]:
         return ()
+
+    def judge_install(self, probe: Mapping[str, Any]) -> list[tuple[Level, str]]:
+        versions = probe.get("framework_versions") or {}
+        if not versions.get(self.module):
+            return [("fail", f"{self.title} is not installed for {probe.get('executable')}: "
+                             f"install it there ({self.install}) or point `python:` at an "
+                             "interpreter that has it")]
+        return self.judge_versions(versions)
+
+    def judge_versions(self, versions: Mapping[str, str]) -> list[tuple[Level, str]]:
+        """What the installed versions say, the module's being there (`judge_install`)."""
+        return [("ok", f"{self.title} {versions[self.module]}")]
+
+    def judge_import(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                     job: Job) -> list[tuple[Level, str]]:
+        said = (probe.get("frameworks") or {}).get(self.module)
+        if said is None:
+            return []
+        if not said.get("importable"):
+            return [("fail", f"`import {self.module}` fails there: {said.get('error')}")]
+        return self.judge_imported(said, wanted)
+
+    def judge_imported(self, said: Mapping[str, Any],
+                       wanted: tuple[int, ...]) -> list[tuple[Level, str]]:
+        """What the module said of itself once imported (its version, the GPUs it sees),
+        against the GPUs the inventory selects on the host (`wanted`)."""
+        raise NotImplementedError
+
+
+def too_few_gpus(title: str, said: Mapping[str, Any], wanted: tuple[int, ...],
+                 fix: str) -> list[tuple[Level, str]]:
+    """A failure where the framework sees fewer GPUs than the inventory selects on the host."""
+    seen = len(list(said.get("gpus") or []))
+    if not wanted or seen >= len(wanted):
+        return []
+    return [("fail", f"{title} sees {seen} GPU(s) but the inventory selects {len(wanted)}: "
+                     f"{fix}")]

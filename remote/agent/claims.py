@@ -166,7 +166,8 @@ def parse_claim(raw: Any) -> dict[str, Any]:
              "gpus": _gpus(raw.get("gpus") or []), "tasks": [_task(t) for t in tasks],
              "watcher_pid": _int(raw.get("watcher_pid")),
              "watcher_start_ticks": _int(raw.get("watcher_start_ticks")),
-             "boot_id": _text(raw.get("boot_id"), 64), "idle": _idle(raw.get("idle"))}
+             "boot_id": _text(raw.get("boot_id"), 64), "idle": _idle(raw.get("idle")),
+             "session": _text(raw.get("session"), 16) or ""}
     if kind == "reservation" and claim["until"] is None:
         raise ValueError("a reservation without an end")
     return claim
@@ -243,7 +244,8 @@ first among an owner's files."""
 
 def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
                 parse: Callable[[Any, str], dict[str, Any]],
-                per_owner: int = MAX_FILES_PER_OWNER
+                per_owner: int = MAX_FILES_PER_OWNER,
+                wanted: Callable[[str, os.stat_result], bool] | None = None
                 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every record of the `<user>.<kind>.<id>.json` files of `folder` (`kind` one of `kinds`):
     `parse(its JSON, kind)` with `file`, `uid` and `user` added; and the warnings, one per owner
@@ -254,7 +256,9 @@ def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
     whatever its name says; a link, anything but a regular file, a file over `max_bytes` or one
     named after another user than its owner is skipped without being opened; of each owner at
     most `per_owner` files are read, the names tfctl writes first, so neither another user's
-    flood nor one's own junk crowds out anybody's claims, the reader's own included."""
+    flood nor one's own junk crowds out anybody's claims, the reader's own included.
+    `wanted(name, lstat)`: False for a file the caller does not need (the ledger's files older
+    than its window), which is then neither read nor counted."""
     problem = folder_problem(folder)
     if problem == "it does not exist":
         return [], []
@@ -271,7 +275,9 @@ def read_folder(folder: str, label: str, kinds: tuple[str, ...], max_bytes: int,
                         or len(parts) < 4 or parts[1] not in kinds:
                     continue  # a temporary file being written, or not ours
                 with contextlib.suppress(OSError):  # removed meanwhile
-                    names.append((entry.name, entry.stat(follow_symlinks=False)))
+                    st = entry.stat(follow_symlinks=False)
+                    if wanted is None or wanted(entry.name, st):
+                        names.append((entry.name, st))
     except OSError as exc:
         return [], [f"{label} {folder} is not read: {exc.strerror or exc}"]
     owners: dict[int, str] = {}
@@ -463,7 +469,8 @@ def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
             "since": manifest.get("created_at") or time.time(), "until": None, "note": None,
             "gpus": gpus, "tasks": tasks, "watcher_pid": watcher.get("pid"),
             "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id(),
-            "idle": _idle(read_json(os.path.join(run_dir, "idle.json")))}
+            "idle": _idle(read_json(os.path.join(run_dir, "idle.json"))),
+            "session": manifest.get("session") or ""}
 
 
 def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],

@@ -27,6 +27,7 @@ import os
 import time
 from typing import Any
 
+from tfctl.remote.agent.activity import last_activity
 from tfctl.remote.agent.claims import claim_run, mask_gpus
 from tfctl.remote.agent.jsonfile import now, write_json
 from tfctl.remote.agent.notify import start_notifier
@@ -38,7 +39,6 @@ POLICY_LOOK_S = 10.0
 SAMPLE_FRESH_S = 5.0
 """A GPU's latest sample older than this says nothing: the idle clock does not run on it."""
 IDLE_FILE = "idle.json"
-ACTIVITY_FILE = "activity"
 STOPPED_AS_IDLE = "stopped as idle by the lab's policy"
 IDLE_STOP_GRACE_S = 10.0
 
@@ -52,15 +52,6 @@ def run_gpus(manifest: dict[str, Any]) -> list[Any]:
             if gpu not in gpus:
                 gpus.append(gpu)
     return gpus
-
-
-def activity_at(run_dir: str) -> float | None:
-    """The time of the user's last activity in a session (the `activity` file's mtime), or
-    None where there is no such signal."""
-    try:
-        return os.stat(os.path.join(run_dir, ACTIVITY_FILE)).st_mtime
-    except OSError:
-        return None
 
 
 def clock_words(seconds: float) -> str:
@@ -136,7 +127,7 @@ class IdleWatch:
             return False
         if self.since is None:
             self.since = now_s
-        active = activity_at(self.run_dir)
+        active = last_activity(self.run_dir)  # a session's user (activity.py)
         if active is not None and active > self.since:
             self._reset("activity")
             self.since = min(active, now_s)

@@ -5,17 +5,20 @@ Its operations are in the table of `optable.py`.
 
 `lab` answers in one request everything `tfctl lab` shows of a host: nvidia-smi's GPUs and
 compute apps, who each of those processes is (/proc: uid, command, start time, process group),
-the claims (claims.py) and how long each holder has kept its GPU under IDLE_UTIL_PCT.
+the claims (claims.py), how long each holder has kept its GPU under IDLE_UTIL_PCT, and each
+user's GPU-seconds on this host in the last 7 days (the ledger, ledger.py).
 
 Idle time is measured, never guessed: a sampler (one per user and workdir on the host, started
 by the first `lab` request and ending LINGER_S after the last) reads utilization and compute
 apps every `sample_s` seconds and keeps, per GPU and pid, when the current run of low samples
 began; a gap of more than GAP_SAMPLES samples restarts it. A holder is shown idle for the time
-since that start, and only while the sampler's last sample is recent.
+since that start, and only while the sampler's last sample is recent. Each sample also goes
+into the ledger (ledger.py's `SeenLedger`): the processes tfctl did not start, per minute.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -31,6 +34,7 @@ from tfctl.remote.agent.claims import (
 )
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.jsonfile import read_json, write_json
+from tfctl.remote.agent.ledger import SeenLedger, ledger_others, ledger_week_held
 from tfctl.remote.agent.policy import read_policy
 from tfctl.remote.agent.proc import cmdline, proc_stat, proc_tags, proc_uid, user_name
 from tfctl.remote.agent.rundir import expand
@@ -54,7 +58,7 @@ SAMPLE_S = 10.0
 LINGER_S = 3600.0
 GAP_SAMPLES = 3
 LAB_FOLDER = ".tfctl/lab"
-GPU_QUERY = "index,uuid,memory.used,memory.total,utilization.gpu,name"
+GPU_QUERY = "index,uuid,memory.used,memory.total,utilization.gpu,power.draw,name"
 APP_QUERY = "gpu_uuid,pid,used_memory"
 NO_NVIDIA_SMI = "no nvidia-smi on the PATH there"
 """The answer's `error` of a host without nvidia-smi (a CPU-only host, where the inventory
@@ -76,12 +80,12 @@ def parse_gpu_lines(text: str) -> list[dict[str, Any]]:
     The name comes last, so a comma in it is kept."""
     gpus = []
     for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",", 5)]
-        if len(cells) != 6 or not cells[0].isdigit():
+        cells = [c.strip() for c in line.split(",", 6)]
+        if len(cells) != 7 or not cells[0].isdigit():
             continue
         gpus.append({"index": int(cells[0]), "uuid": cells[1], "memory_used_mib": _value(cells[2]),
                      "memory_total_mib": _value(cells[3]), "utilization_pct": _value(cells[4]),
-                     "name": cells[5]})
+                     "power_w": _value(cells[5]), "name": cells[6]})
     return gpus
 
 
@@ -232,6 +236,7 @@ def sample_forever(folder: str, first: tuple[float, list[dict[str, Any]],
     `first`: the reading (time, GPUs, compute apps) of the `lab` request that started it, its
     first sample (nvidia-smi is not asked again for the same moment)."""
     import fcntl
+    import hashlib
 
     try:
         with open("/proc/self/comm", "w") as comm:
@@ -244,6 +249,7 @@ def sample_forever(folder: str, first: tuple[float, list[dict[str, Any]],
     except OSError:
         return 0  # another sampler of ours runs
     path = os.path.join(folder, "sampler.json")
+    seen = SeenLedger(hashlib.sha1(folder.encode()).hexdigest()[:8])  # ledger.py
     while True:
         wanted = read_json(os.path.join(folder, "wanted.json")) or {}
         if time.time() > float(wanted.get("until") or 0):
@@ -257,6 +263,8 @@ def sample_forever(folder: str, first: tuple[float, list[dict[str, Any]],
             t = time.time()
         if error is None:
             write_json(path, next_low(read_json(path), t, gpus, apps, sample_s))
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # never ends it
+                seen.note(t, gpus, apps, ledger_others(apps, read_claims()[0]))
         time.sleep(sample_s)
 
 
@@ -333,8 +341,10 @@ def op_lab(req: LabRequest) -> GpuState:
     if not error and gpus:
         ensure_sampler(folder, float(req.sample_s or SAMPLE_S), float(req.linger_s or LINGER_S),
                        (time.time(), gpus, apps))
+    week, ledger_warnings = ledger_week_held(time.time())
     return _gpu_state(found, gpus, apps, error, hostname=os.uname().nodename,
-                      idle=idle_report(folder, time.time()))
+                      idle=idle_report(folder, time.time()), week_held=week,
+                      ledger_warnings=tuple(ledger_warnings))
 
 
 def op_lab_policy(req: LabPolicyRequest) -> LabPolicy:

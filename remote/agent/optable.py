@@ -30,6 +30,7 @@ from tfctl.remote.agent.hostops import (
     op_sync_diff,
 )
 from tfctl.remote.agent.lab import op_claims, op_lab, op_lab_policy, op_release
+from tfctl.remote.agent.ledger import op_usage
 from tfctl.remote.agent.lost import op_restart_lost
 from tfctl.remote.agent.runops import (
     op_finish,
@@ -73,6 +74,7 @@ from tfctl.remote.agent.vocab import (
     TicketRequest,
     UpCheckRequest,
     UpGoRequest,
+    UsageRequest,
     WaitPortsRequest,
 )
 from tfctl.remote.agent.wire import (
@@ -114,6 +116,7 @@ OPS: dict[str, tuple[Callable[[Any], Wire], type[Wire]]] = {
     "gpu_state": (op_gpu_state, GpuStateRequest),
     "ticket_put": (op_ticket_put, TicketRequest),
     "ticket_drop": (op_ticket_drop, TicketRequest),
+    "usage": (op_usage, UsageRequest),
 }
 
 

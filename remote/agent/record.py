@@ -95,6 +95,9 @@ class GpuRecorder:
         what the lab policy's idle rule reads (idlewatch.py)."""
         self.index_of_uuid: dict[str, str] = {}
         self.asked = threading.Event()  # gpus.json holds nvidia-smi's answers
+        self.on_owners: Any = None
+        """Called with (time, {uuid: index}, compute-app rows) after each look at the owners
+        (the ledger's count of processes tfctl did not start, ledger.py)."""
         self.lock = threading.Lock()  # between starting the stream and `stop`
 
     def start(self) -> None:
@@ -217,6 +220,8 @@ class GpuRecorder:
                      for row in rows if len(row) == 3 and row[1].isdigit()]
             if lines:  # dropped while the records are stopped (a full disk: disk.py)
                 append_record(self.run_dir, "owners.csv", "".join(lines))
+            if self.on_owners is not None:
+                self.on_owners(time.time(), index_of, rows)
         finally:
             self.asking_owners = False
 

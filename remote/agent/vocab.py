@@ -659,6 +659,11 @@ class GpuState(ClaimsAnswer):
     tickets: tuple[dict[str, Any], ...] = ()
     """The queue's tickets, oldest first, each with its `state` (where the request asked)."""
     ticket_warnings: tuple[str, ...] = ()
+    week_held: dict[str, list[float]] = field(default_factory=dict)
+    """(op `lab`) user → [GPU-seconds held, of them idle] on this host in the last 7 days, from
+    the ledger (ledger.py)."""
+    ledger_warnings: tuple[str, ...] = ()
+    """(op `lab`) one per owner whose ledger files were skipped, and why."""
     queue_rule: dict[str, Any] | None = None
     """The lab policy's `queue` rule on this host (`{order, half_life_s}`; None: fifo), where
     the request asked for the tickets."""
@@ -668,6 +673,30 @@ class GpuState(ClaimsAnswer):
     recent_use: dict[str, float] = field(default_factory=dict)
     """User → GPU-hours used recently on this host, decayed with the queue's half-life
     (agent/recentuse.py), where the queue's order is fair."""
+
+
+class UsageRequest(Wire):
+    """What the host's GPUs were used for since a time (op `usage`, ledger.py)."""
+
+    REQUIRED = ("since_s",)
+    WIRE_NAMES = {"since_s": "since"}
+
+    since_s: float | None = None
+    """The window's start (epoch seconds, the client's clock; the host counts whole hours)."""
+
+
+class UsageAnswer(Wire):
+    """The host's ledger in the window (op `usage`): a row per user, kind (run, session,
+    other), run or process, GPU and hour."""
+
+    rows: tuple[dict[str, Any], ...] = ()
+    """{user, kind, id, job, gpu, index, hour, held_s, idle_s, energy_j, power_s}."""
+    warnings: tuple[str, ...] = ()
+    """One per owner whose ledger files were skipped, and why."""
+    now: float | None = None
+    """The host's clock when it read them."""
+    idle_below_pct: float | None = None
+    """The utilization under which a held GPU counted as idle."""
 
 
 class ReserveRequest(Wire):

@@ -48,10 +48,12 @@ import signal
 import time
 from typing import Any
 
+from tfctl.remote.agent.activity import start_activity
 from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.idlewatch import IdleWatch
 from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
+from tfctl.remote.agent.ledger import RunLedger
 from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.recentuse import release_run_counted
@@ -99,6 +101,9 @@ def watch_run(run_dir: str, run_id: str) -> int:
                            recorder.started)
     recorder.start()
     idle = IdleWatch(run_dir, run_id, manifest, events)
+    ledger = RunLedger(run_dir, run_id, manifest, recorder)  # GPU use, ledger.py
+    ledger.start()
+    activity = start_activity(run_dir, manifest)  # a notebook session's kernels (activity.py)
     stopped = told = False
     try:
         cause = watch_until_end(run_dir, manifest, local, recorder, events, speed, idle)
@@ -117,7 +122,10 @@ def watch_run(run_dir: str, run_id: str) -> int:
         events.tick()
         speed.tick()
         recorder.stop()
+        if activity is not None:
+            activity.set()
         clear_silence(run_dir)
+        ledger.stop()  # the run's last seconds counted before its claim goes
         release_run_counted(run_id)  # nothing of the run holds its GPUs now; its use is kept
         if stopped and not told and (idle.stopped or os.path.exists(os.path.join(run_dir,
                                                                                    UP_MARK))):

@@ -65,7 +65,7 @@ class Fleet:
         self.inventory = inventory
         self.options = options or SshOptions()
         self._transports: dict[str, Transport] = {}
-        self._lock = threading.Lock()  # the UI's pollers and the telemetry hub share a fleet
+        self._lock = threading.Lock()  # the UI's pollers and the telemetry streams share a fleet
         if self.options.persist_s > 0 and any(h.transport != "local" for h in inventory.hosts):
             # The holder its agent sessions will come from, started now if none runs: its
             # start overlaps this command's own until its first request (hold/borrow.py).

@@ -1,4 +1,4 @@
-"""Which engine: the one a new run starts on (`up --on lab|slurm`), and the one the current run
+"""Which engine: the one a new run starts on (`up --on hosts|slurm`), and the one the current run
 is on (the state file says whether it is a Slurm job). Chosen here, once, so that the
 controller and the front ends above it only ever call the `Engine` interface.
 """
@@ -14,15 +14,23 @@ from tfctl.remote.engines.hosts import HostsEngine
 from tfctl.remote.runs.current import CurrentRun
 
 Current = Callable[[bool], CurrentRun | None]
-ON = ("lab", "slurm")
-"""The names `up --on` takes: `lab`, the inventory's hosts; `slurm`, one Slurm job submitted as
-the inventory's `slurm:` says."""
+ON = ("hosts", "slurm")
+"""The engines' names, `up --on`'s words: `hosts`, the inventory's hosts; `slurm`, one Slurm
+job submitted as the inventory's `slurm:` says."""
+ON_ALSO = {"lab": "hosts"}
+"""Other words `up --on` takes, each for an engine of `ON`: `lab` is the hosts too (the shared
+lab, `remote/lab/`, is the claims, reservations and queue over them, no engine)."""
+
+
+def engine_named(on: str) -> str:
+    """The engine's name in `ON` for a word `up --on` takes (`lab` → `hosts`)."""
+    return ON_ALSO.get(on, on)
 
 
 def queue_refusal(on: str) -> str | None:
     """Why `up --when-free` (tfctl's queue, which waits for the hosts' GPUs to be free) does not
     go with engine `on`, or None where it does: a scheduler's engine queues its jobs itself."""
-    if on == "slurm":
+    if engine_named(on) == "slurm":
         return "Slurm queues the job itself until its nodes are free: `tfctl up --on slurm`"
     return None
 
@@ -30,11 +38,12 @@ def queue_refusal(on: str) -> str | None:
 def engine_to_start(on: str, fleet: Fleet, current: Current, plan: Callable[[], Plan]) -> Engine:
     """The engine `up --on <on>` starts a run on; `current(refresh)` and `plan()` are the
     controller's run and plan, which the hosts' engine reads."""
+    on = engine_named(on)
     if on == "slurm":
         from tfctl.remote.engines.slurm import SlurmEngine  # its modules: only where chosen
 
         return SlurmEngine(fleet.inventory, fleet.options)
-    if on == "lab":
+    if on == "hosts":
         return HostsEngine(fleet, current, plan)
     raise ValueError(f"no engine named {on!r}: {' or '.join(ON)}")
 

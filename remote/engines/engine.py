@@ -96,7 +96,7 @@ class Engine(Protocol):
     """What `RunController` asks of the place a run runs. Every method but `start_steps`
     blocks (SSH)."""
 
-    def place(self, inventory: Inventory, say: Say
+    def take_gpus(self, inventory: Inventory, say: Say
               ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
         """The inventory a start here plans from, and the GPUs taken per host for it: the
         hosts' engine takes the GPUs free now on `gpus: free` hosts (`NoFreeGpus` when too few

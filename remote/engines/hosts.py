@@ -45,15 +45,15 @@ class HostsEngine:
         self._current = current
         self._plan = plan
 
-    def place(self, inventory: Inventory, say: Say
+    def take_gpus(self, inventory: Inventory, say: Say
               ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
-        """`gpus: free` hosts take the GPUs free now (remote/lab/place.py); other inventories
+        """`gpus: free` hosts take the GPUs free now (remote/lab/freegpus.py); other inventories
         are planned as they are."""
         if all(h.free_gpus is None for h in inventory.hosts):
             return inventory, {}
-        from tfctl.remote.lab.place import place_free
+        from tfctl.remote.lab.freegpus import take_free_gpus
 
-        return place_free(self.fleet, inventory, say)
+        return take_free_gpus(self.fleet, inventory, say)
 
     def start_steps(self, plan: Plan, options: UpOptions) -> StepRows:
         return host_steps(plan.inventory, options.sync, plan)

@@ -116,7 +116,7 @@ class SlurmEngine:
         return self.job.run_id if self.job else None
 
     # -- start ------------------------------------------------------------------------------
-    def place(self, inventory: Inventory, say: Say
+    def take_gpus(self, inventory: Inventory, say: Say
               ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
         """Slurm gives the job its GPUs: the inventory is planned as it is."""
         return inventory, {}

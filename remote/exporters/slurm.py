@@ -31,6 +31,7 @@ import textwrap
 from collections import Counter
 
 from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.frameworks import framework_of
 from tfctl.inventory.frameworks.gloo import is_found_at_start
 from tfctl.inventory.model import Inventory, Slurm
 from tfctl.inventory.plan import Plan, Task
@@ -50,6 +51,7 @@ def sbatch_script(plan: Plan, filename: str = "job.sbatch") -> str:
     """The batch script for `plan`; `filename` is only named in its comments (how to submit).
     Raises InventoryError where `slurm:` asks for fewer nodes or GPUs than the plan uses."""
     inv = plan.inventory
+    _require_group_env(inv)
     settings = inv.slurm or Slurm()
     hosts = plan.hosts_used
     positions = {t.name: gpu_positions(inv, t) for t in plan.tasks}
@@ -60,6 +62,16 @@ def sbatch_script(plan: Plan, filename: str = "job.sbatch") -> str:
     lines += _sbatch_lines(plan, settings, nodes, gpus, workdir)
     lines += ["", *_settings(plan, workdir, gpus, len(hosts)), "", *_table(plan, positions)]
     return "\n".join(lines) + "\n" + MACHINERY.lstrip("\n")
+
+
+def _require_group_env(inv: Inventory) -> None:
+    """A job of ranks whose variables this script cannot compute on the nodes is refused."""
+    framework = framework_of(inv.job)
+    if framework.one_group and inv.job.framework not in GROUP_ADDRESS_ENV:
+        raise InventoryError(inv.path, None, "job.framework",
+                             f"the Slurm script cannot hand {framework.title}'s ranks rank 0's "
+                             "address on the nodes Slurm gives", "run it on the hosts with "
+                             "`tfctl up` (`tfctl plan` shows what each rank gets)")
 
 
 def gpu_positions(inv: Inventory, task: Task) -> tuple[int, ...]:
@@ -121,7 +133,7 @@ def _header(plan: Plan, filename: str, nodes: int, hosts: tuple[str, ...],
     idle = f" ({nodes - len(hosts)} more node(s) stay idle)" if nodes > len(hosts) else ""
     strategy = job.strategy or f"(none: style {job.style})"
     what, handed = f"Strategy {strategy}", "its TF_CONFIG (or flags)"
-    if job.style == "env":
+    if framework_of(job).one_group:
         what = f"One {job.framework} process group"
         handed = "rank 0's address (" + ", ".join(GROUP_ADDRESS_ENV[job.framework]) + ")"
     submit = [f"#   sbatch {filename}"] if _absolute(workdir) else [

@@ -34,6 +34,8 @@ from typing import Any
 import yaml
 
 from tfctl.inventory.errors import InventoryError
+from tfctl.inventory.frameworks import framework_of
+from tfctl.inventory.frameworks.tensorflow import TENSORFLOW
 from tfctl.inventory.model import Inventory, Kubernetes
 from tfctl.inventory.plan import Plan, Task
 from tfctl.remote.runs.endrule import deciders
@@ -118,7 +120,7 @@ def _dns_guess(name: str) -> str:
 
 def _require_tensorflow(inv: Inventory) -> None:
     """A TFJob is TensorFlow's cluster: the operator hands TF_CONFIG, not torch's or JAX's."""
-    if inv.job.framework == "tensorflow":
+    if framework_of(inv.job) is TENSORFLOW:
         return
     other = {"torch": "a PyTorchJob", "jax": "a JAXJob"}.get(inv.job.framework, "another job")
     raise InventoryError(inv.path, None, "job.framework",

@@ -6,7 +6,7 @@ compute apps, which name GPUs by UUID only); only when a process sits on an assi
 agent call reads its owner, command and tfctl tags from /proc. GPUs are compared by nvidia-smi
 index, which is what the plan's masks mean (every task runs with CUDA_DEVICE_ORDER=PCI_BUS_ID).
 
-Pure parts (`parse_nvsmi_output`, `judge_host`) are separate from the I/O (`read_host`,
+Pure parts (`parse_nvsmi_output`, `judge_gpus_busy`) are separate from the I/O (`read_host`,
 `find_busy_gpus`) so they can be table-tested.
 """
 
@@ -186,7 +186,7 @@ def assigned_indices(tokens: Iterable[str], gpus: Mapping[str, int | None]) -> t
     return tuple(out)
 
 
-def judge_host(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
+def judge_gpus_busy(host: str, tokens: Sequence[str], gpus: Mapping[str, int | None],
                apps: Sequence[GpuProcess], procs: Mapping[int, Mapping[str, Any] | None],
                own_run_id: str | None = None, claims: HostClaims | None = None) -> HostGpus:
     """Which assigned GPUs hold someone else's compute process or claim, and which are free.
@@ -258,7 +258,7 @@ def judge_listing(t: Transport, stdout: str, tokens: Sequence[str],
     procs: dict[int, Mapping[str, Any] | None] = {}
     if pids:
         procs = agentops.procs(t, pids)
-    return judge_host(host, tokens, gpus, apps, procs, own_run_id, host_claims(host, claims))
+    return judge_gpus_busy(host, tokens, gpus, apps, procs, own_run_id, host_claims(host, claims))
 
 
 def find_busy_gpus(fleet: Fleet, plan: Plan, hosts: Sequence[str] | None = None,

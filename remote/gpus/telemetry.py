@@ -1,4 +1,4 @@
-"""Live GPU telemetry: one long-lived `nvidia-smi ... -lms N` stream per host, and a hub over all.
+"""Live GPU telemetry: one long-lived `nvidia-smi ... -lms N` stream per host, all read as one.
 
 Why a stream and not a call per tick: each `nvidia-smi` start initialises NVML (tens to hundreds of
 ms of CPU on the host) and costs an SSH exec round trip; a loop keeps NVML open and only prints.
@@ -166,12 +166,12 @@ class _Ended:
         return self.error_type is not None and issubclass(self.error_type, HostUnreachable)
 
 
-class TelemetryHub:
+class TelemetryStreams:
     """Every host's GPUs, live. Satisfies `tfctl.tui.app.sources.TelemetrySource`.
 
     `start()` launches the threads; `snapshot(host)` / `snapshots()` return the latest
     `HostTelemetry` (never blocking); `history` holds recent samples per GPU; `stop()` ends it all.
-    The fleet stays the caller's (the hub uses its transports, it does not close them).
+    The fleet stays the caller's (the streams use its transports, it does not close them).
     """
 
     def __init__(self, fleet: Fleet, interval_ms: int = 1000, apps_every: int = 2, *,
@@ -209,7 +209,7 @@ class TelemetryHub:
         with self._lock:
             state = self._states.get(host)
             if state is None:
-                return HostTelemetry(host, error="not watched by this telemetry hub")
+                return HostTelemetry(host, error="not watched by this telemetry")
             if state.no_gpus and state.telemetry.error is None:
                 # "No GPUs" does not age: it is as current as the last time we asked.
                 return replace(state.telemetry, last_sample_at=self.clock())

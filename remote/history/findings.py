@@ -32,7 +32,9 @@ POWER_BITS = 0x4 | 0x80
 
 
 @dataclass(frozen=True)
-class Finding:
+class RunFinding:
+    """What a recorded run shows, in a sentence (`tfctl report`)."""
+
     level: str  # "warn" | "fail" | "info"
     text: str
 
@@ -55,7 +57,7 @@ def mean_util(track: GpuTrack) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def idle_gpus(gpus: Sequence[GpuTrack]) -> list[Finding]:
+def idle_gpus(gpus: Sequence[GpuTrack]) -> list[RunFinding]:
     """GPUs that stayed idle while another GPU of the run worked."""
     means = {(g.host, g.index): mean_util(g) for g in gpus}
     busy = {key: m for key, m in means.items() if m is not None and m >= BUSY_PCT}
@@ -71,12 +73,12 @@ def idle_gpus(gpus: Sequence[GpuTrack]) -> list[Finding]:
             sorted((i, m) for (_, i), m in busy.items())
         peers = ", ".join(f"GPU {i} ({m:.0f}%)" for i, m in workers)
         which = ", ".join(str(i) for i in idle)
-        findings.append(Finding("warn", f"{host} GPU {which} idle (under {IDLE_PCT:.0f}% on "
+        findings.append(RunFinding("warn", f"{host} GPU {which} idle (under {IDLE_PCT:.0f}% on "
                                         f"average) while {peers} worked"))
     return findings
 
 
-def stragglers(speeds: dict[str, float]) -> list[Finding]:
+def stragglers(speeds: dict[str, float]) -> list[RunFinding]:
     findings = []
     for task, value in sorted(speeds.items()):
         others = [v for t, v in speeds.items() if t != task]
@@ -84,12 +86,12 @@ def stragglers(speeds: dict[str, float]) -> list[Finding]:
             continue
         median = statistics.median(others)
         if value < STRAGGLER_RATIO * median:
-            findings.append(Finding("warn", f"{task} is {median / value:.1f}× slower than its "
+            findings.append(RunFinding("warn", f"{task} is {median / value:.1f}× slower than its "
                                             f"peers ({value:.1f} vs {median:.1f} per second)"))
     return findings
 
 
-def failures(record: RunRecording) -> list[Finding]:
+def failures(record: RunRecording) -> list[RunFinding]:
     findings = []
     for event in record.events:
         if event.kind != "exit" or (event.exit_code in (0, None) and not event.signal):
@@ -101,11 +103,11 @@ def failures(record: RunRecording) -> list[Finding]:
             text += f": {failure.headline}"
         if failure.hint:
             text += f" — {failure.hint}"
-        findings.append(Finding("fail", text))
+        findings.append(RunFinding("fail", text))
     return findings
 
 
-def throttling(gpus: Sequence[GpuTrack]) -> list[Finding]:
+def throttling(gpus: Sequence[GpuTrack]) -> list[RunFinding]:
     findings = []
     for g in gpus:
         masks = [m for m in g.throttle_mask if m is not None]
@@ -114,17 +116,17 @@ def throttling(gpus: Sequence[GpuTrack]) -> list[Finding]:
         for bits, what in ((THERMAL_BITS, "heat"), (POWER_BITS, "power")):
             share = sum(1 for m in masks if m & bits) / len(masks)
             if share >= THROTTLED_SHARE:
-                findings.append(Finding("warn", f"{g.host} GPU {g.index} was slowed for {what} "
+                findings.append(RunFinding("warn", f"{g.host} GPU {g.index} was slowed for {what} "
                                                 f"in {share:.0%} of its samples"))
     return findings
 
 
-def foreign(record: RunRecording) -> list[Finding]:
+def foreign(record: RunRecording) -> list[RunFinding]:
     seen: dict[tuple[str, int | None, int], str] = {}
     for owner in record.owners:
         if owner.owner.startswith("foreign:"):
             seen.setdefault((owner.host, owner.index, owner.pid), owner.owner.split(":", 1)[1])
-    return [Finding("warn", f"a foreign process (pid {pid}, user {user}) used {host} GPU "
+    return [RunFinding("warn", f"a foreign process (pid {pid}, user {user}) used {host} GPU "
                             f"{index} during the run")
             for (host, index, pid), user in sorted(seen.items(), key=str)]
 
@@ -154,18 +156,18 @@ def summarize(record: RunRecording) -> Summary:
                    idle / 3600 if sampled else None, dict(record.unsampled))
 
 
-def unsampled_gpus(record: RunRecording) -> list[Finding]:
+def unsampled_gpus(record: RunRecording) -> list[RunFinding]:
     """A host without GPU samples, said as such: a warning where tasks were given its GPUs."""
     findings = []
     for host, why in sorted(record.unsampled.items()):
         tasks = record.gpu_tasks_on(host)
         given = f"; {', '.join(tasks)} had GPUs there" if tasks else ""
-        findings.append(Finding("warn" if tasks else "info",
+        findings.append(RunFinding("warn" if tasks else "info",
                                 f"no GPU samples were recorded on {host} (why: {why}){given}: "
                                 "nothing is said about its GPUs"))
     return findings
 
 
-def all_findings(record: RunRecording) -> list[Finding]:
+def all_findings(record: RunRecording) -> list[RunFinding]:
     return (failures(record) + unsampled_gpus(record) + idle_gpus(record.gpus)
             + stragglers(mean_speeds(record)) + throttling(record.gpus) + foreign(record))

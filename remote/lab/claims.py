@@ -52,6 +52,8 @@ class Claim:
     """A run idle under the lab policy, its owner warned: since when (agent/idlewatch.py)."""
     idle_stop_at_s: float | None = None
     """… and when the policy stops it unless it is used again."""
+    session: str = ""
+    """The session the run is ("notebook", "shell": inventory/session.py), "" for none."""
 
     @property
     def live(self) -> bool:
@@ -110,7 +112,7 @@ def claim_of(host: str, raw: Mapping[str, Any]) -> Claim:
     return Claim(host, str(raw["file"]), str(raw["user"]), int(raw["uid"]), str(raw["kind"]),
                  str(raw["state"]), _tokens(raw.get("gpus")), raw.get("run_id"), raw.get("job"),
                  raw.get("since"), raw.get("until"), raw.get("note"), tasks,
-                 idle.get("since"), idle.get("stop_at"))
+                 idle.get("since"), idle.get("stop_at"), str(raw.get("session") or ""))
 
 
 def host_claims(host: str, found: ClaimsAnswer | None) -> HostClaims:

@@ -1,5 +1,6 @@
 """The lab's I/O: one agent request per host for `tfctl lab`, the claims for `reserve --list`,
-and reservations checked, made and released (remote/agent/lab.py on the hosts)."""
+reservations checked, made and released (remote/agent/lab.py on the hosts), and `tfctl
+usage`'s ledger (remote/agent/ledger.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import ReleaseAnswer, ReserveAnswer
 from tfctl.remote.connect.transport import Transport
 from tfctl.remote.lab.claims import Claim, HostClaims, host_claims
-from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable
+from tfctl.remote.lab.usage import By, Usage, summarize
+from tfctl.remote.lab.view import IDLE_AFTER_S, HostLab, host_lab, unreachable, with_shares
 
 
 def read_lab(fleet: Fleet, idle_after_s: float = IDLE_AFTER_S,
              sample_s: float | None = None) -> list[HostLab]:
     """Every host of the inventory, in its order: one `lab` request each, in parallel. The idle
     sampler samples at least four times within `idle_after_s`. A host the inventory gives no
-    GPUs is CPU only where nvidia-smi shows none (view.host_lab)."""
+    GPUs is CPU only where nvidia-smi shows none (view.host_lab). Each user's share of the
+    week's GPU time comes in the same answers (no request more)."""
     every = sample_s if sample_s is not None else min(10.0, max(1.0, idle_after_s / 4))
     found = fleet.map(lambda t: agentops.lab(t, t.host.workdir, sample_s=every))
     out = []
@@ -28,7 +31,7 @@ def read_lab(fleet: Fleet, idle_after_s: float = IDLE_AFTER_S,
                                 cpu_only=not host.gpus))
         else:
             out.append(unreachable(host.name, str(found.failed.get(host.name, "no answer"))))
-    return out
+    return with_shares(out)
 
 
 def list_claims(fleet: Fleet, hosts: Sequence[str] | None = None
@@ -98,3 +101,11 @@ def reserve(fleet: Fleet, targets: Mapping[str, Sequence[int]], until_s: float,
 
 def release(fleet: Fleet, targets: Mapping[str, Sequence[int]]) -> FleetResult[ReleaseAnswer]:
     return fleet.map(lambda t: agentops.release(t, targets[t.host.name]), list(targets))
+
+
+def read_usage(fleet: Fleet, since_s: float, by: By, until_s: float) -> Usage:
+    """The lab's ledger since `since_s`, every host of the inventory asked once (op `usage`),
+    in parallel; a host that does not answer is named in the result, its hours left out."""
+    found = fleet.map(lambda t: agentops.usage(t, since_s))
+    return summarize(found.succeeded, {h: str(e) for h, e in found.failed.items()},
+                     [h.name for h in fleet.inventory.hosts], since_s, until_s, by)

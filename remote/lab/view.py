@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tfctl.remote.agent.lab import NO_NVIDIA_SMI
@@ -49,6 +49,8 @@ class Holder:
     policy_idle_since_s: float | None = None
     """A run the lab's policy has warned as idle: since when, and when it stops it."""
     policy_stop_at_s: float | None = None
+    session: str = ""
+    """The session the run is ("notebook", "shell"), "" for another run or a process."""
 
     def policy_words(self, now_s: float) -> str | None:
         """`idle 1:05 — stops at 14:30 by the lab's policy`, for a run the policy warned."""
@@ -59,7 +61,8 @@ class Holder:
     def who_what(self) -> tuple[str, str]:
         if self.kind == "run":
             job = f" (job {self.job})" if self.job else ""
-            return self.user or "?", f"run {self.run_id}{job} {self.task or ''}".rstrip()
+            kind = self.session or "run"
+            return self.user or "?", f"{kind} {self.run_id}{job} {self.task or ''}".rstrip()
         return self.user or "?", f"pid {self.pid} {self.command or ''}".rstrip()
 
 
@@ -88,6 +91,11 @@ class HostLab:
     watching_since_s: float | None = None
     """Since when the host's idle sampler has sampled without a gap (None: no recent sample)."""
     reachable: bool = True
+    week_held: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    """User → [GPU-seconds held, of them idle] on this host in the last 7 days (the ledger)."""
+    week_shares: Mapping[str, float] = field(default_factory=dict)
+    """User → share of the lab's GPU-seconds held this week, over every host that answered
+    (`with_shares`)."""
 
 
 def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
@@ -103,11 +111,12 @@ def _holder(pid: int, info: Mapping[str, Any] | None, memory: float | None,
         if task is not None:
             return Holder("run", claim.user, pid, info.get("cmdline"), memory, claim.since_s,
                           claim.run_id, claim.job, task.name, low_s, idle,
-                          claim.idle_since_s, claim.idle_stop_at_s)
+                          claim.idle_since_s, claim.idle_stop_at_s, claim.session)
     if info.get("tfctl_run_id"):  # our own run (we may read our processes' environment)
+        session = next((c.session for c in runs if c.run_id == info["tfctl_run_id"]), "")
         return Holder("run", info.get("user"), pid, info.get("cmdline"), memory,
                       info.get("since"), info["tfctl_run_id"], None, info.get("tfctl_task"),
-                      low_s, idle)
+                      low_s, idle, session=session)
     return Holder("process", info.get("user"), pid, info.get("cmdline"), memory,
                   info.get("since"), low_util_s=low_s, idle=idle)
 
@@ -121,12 +130,13 @@ def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S,
     every user's)."""
     found = host_claims(host, answer)
     gpus = answer.gpus
+    warnings = (*found.warnings, *answer.ledger_warnings)
     if cpu_only and not gpus and answer.error in (None, NO_NVIDIA_SMI):
         row = LabRow(host, None, "cpu")
-        return HostLab(host, (row,), found, found.warnings)
+        return HostLab(host, (row,), found, warnings, week_held=answer.week_held)
     if answer.error or not gpus:
         row = LabRow(host, None, "error", error=str(answer.error or "nvidia-smi lists no GPUs"))
-        return HostLab(host, (row,), found, found.warnings)
+        return HostLab(host, (row,), found, warnings, week_held=answer.week_held)
     uuids = {str(g["uuid"]): int(g["index"]) for g in gpus}
     idle = answer.idle or {}
     sampled_at = idle.get("sampled_at")
@@ -146,7 +156,8 @@ def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S,
                 holders.append(Holder("run", claim.user, task.pid, None, None, claim.since_s,
                                       claim.run_id, claim.job, task.name,
                                       policy_idle_since_s=claim.idle_since_s,
-                                      policy_stop_at_s=claim.idle_stop_at_s))
+                                      policy_stop_at_s=claim.idle_stop_at_s,
+                                      session=claim.session))
                 seen_runs.add(claim.run_id)
         named = [c for c in found.claims if index in gpu_indices(c.gpus, uuids)]
         reservation = next((c for c in named if c.kind == "reservation" and c.live), None)
@@ -156,7 +167,16 @@ def host_lab(host: str, answer: GpuState, idle_after_s: float = IDLE_AFTER_S,
                            gpu.get("utilization_pct"), gpu.get("memory_used_mib"),
                            gpu.get("memory_total_mib"), tuple(holders), reservation, stale))
     watching = idle.get("watching_since") if sampled_at is not None else None
-    return HostLab(host, tuple(rows), found, found.warnings, watching)
+    return HostLab(host, tuple(rows), found, warnings, watching, week_held=answer.week_held)
+
+
+def with_shares(hosts: Sequence[HostLab]) -> list[HostLab]:
+    """The hosts with each user's share of the week's GPU-seconds, over every host that
+    answered (one number for the whole lab, so each host carries the same)."""
+    from tfctl.remote.lab.usage import shares
+
+    found = shares(h.week_held for h in hosts if h.reachable)
+    return [replace(h, week_shares=found) for h in hosts]
 
 
 def unreachable(host: str, error: str) -> HostLab:
@@ -170,8 +190,15 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min" if seconds >= 60 else f"{int(seconds)} s"
 
 
-def row_cells(row: LabRow) -> dict[str, str]:
-    """The table's cells of a row: state, who, what, since, util, memory, note."""
+def who_words(user: str | None, shares: Mapping[str, float] | None) -> str:
+    """`alice (31 % this week)`: a user and their share of the lab's GPU time this week."""
+    share = (shares or {}).get(user or "")
+    return user or "?" if share is None else f"{user} ({share * 100:.0f} % this week)"
+
+
+def row_cells(row: LabRow, shares: Mapping[str, float] | None = None) -> dict[str, str]:
+    """The table's cells of a row: state, who, what, since, util, memory, note; `shares`: each
+    user's share of the lab's GPU time this week, said beside them."""
     cells = {"state": row.state, "who": "", "what": "", "since": "", "util": "", "mem": "",
              "note": ""}
     if row.error:
@@ -187,7 +214,7 @@ def row_cells(row: LabRow) -> dict[str, str]:
     notes = []
     if row.holders:
         pairs = [h.who_what() for h in row.holders]
-        cells["who"] = ", ".join(dict.fromkeys(p[0] for p in pairs))
+        cells["who"] = ", ".join(who_words(u, shares) for u in dict.fromkeys(p[0] for p in pairs))
         cells["what"] = "; ".join(p[1] for p in pairs)
         since = [h.since_s for h in row.holders if h.since_s is not None]
         cells["since"] = clock(min(since)) if since else ""
@@ -200,7 +227,7 @@ def row_cells(row: LabRow) -> dict[str, str]:
             notes.append(row.reservation.words())
     elif row.reservation is not None:
         r = row.reservation
-        cells["who"], cells["since"] = r.user, clock(r.since_s)
+        cells["who"], cells["since"] = who_words(r.user, shares), clock(r.since_s)
         cells["what"] = f"until {clock(r.until_s)}" + (f" ({r.note})" if r.note else "")
     notes += [f"stale claim: {c.user}'s run {c.run_id} (its processes are gone)"
               if c.kind == "run" else f"expired: {c.user}'s reservation" for c in row.stale]
@@ -215,14 +242,19 @@ def _claim_json(claim: Claim) -> dict[str, Any]:
             "file": claim.file}
 
 
-def row_json(row: LabRow) -> dict[str, Any]:
-    return {"host": row.host, "gpu": row.index, "state": row.state, "name": row.name,
+def row_json(row: LabRow, shares: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """A row as `lab --json` prints it; `week_share`: each holder's (or the reserver's) share
+    of the lab's GPU time this week."""
+    users = [h.user for h in row.holders] + ([row.reservation.user] if row.reservation else [])
+    return {"week_share": {u: round(shares[u], 4) for u in users if u and shares and u in shares},
+            "host": row.host, "gpu": row.index, "state": row.state, "name": row.name,
             "uuid": row.uuid, "utilization_pct": row.utilization_pct,
             "memory_used_mib": row.memory_used_mib, "memory_total_mib": row.memory_total_mib,
             "holders": [{"kind": h.kind, "user": h.user, "pid": h.pid, "command": h.command,
                          "memory_mib": h.memory_mib, "since": h.since_s, "run_id": h.run_id,
                          "job": h.job, "task": h.task, "low_util_s": h.low_util_s,
                          "idle": h.idle, "policy_idle_since": h.policy_idle_since_s,
-                         "policy_stop_at": h.policy_stop_at_s} for h in row.holders],
+                         "policy_stop_at": h.policy_stop_at_s, "session": h.session}
+                        for h in row.holders],
             "reservation": None if row.reservation is None else _claim_json(row.reservation),
             "stale_claims": [_claim_json(c) for c in row.stale], "error": row.error}

@@ -50,6 +50,12 @@ def starting_id(sweep_id: str | None = None) -> str:
     return STARTING + (sweep_id or new_sweep_id())[len(SWEEP):]
 
 
+def new_session_key() -> str:
+    """`20261125-181500-ab12`: a session's own name on its host (its token file's), a time and
+    a suffix as every id here has, with no prefix: it names no record and no ticket."""
+    return _new("")
+
+
 def is_sweep(record_id: str) -> bool:
     """Whether `record_id` names a sweep (`down --run s-…` stops the sweep, not a run)."""
     return record_id.startswith(SWEEP)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.connect.session import agentops
 from tfctl.remote.connect.session.agentops import ClaimsAnswer
-from tfctl.remote.lab.place import HostFree, host_free
+from tfctl.remote.lab.freegpus import HostFree, host_free
 from tfctl.remote.lab.view import host_lab
 from tfctl.remote.queue.tickets import tickets_of
 from tfctl.remote.queue.turn import HostView

@@ -12,7 +12,7 @@ turn.py's `usable`):
   that is starting holds its ticket only for the seconds its start takes (its run's claim then
   holds its GPUs); one that waits holds it until its points have started;
 - the GPUs an older ticket wants by index are left to it;
-- of the rest, those free for us (place.py: nobody computes on them, no live run claims them,
+- of the rest, those free for us (freegpus.py: nobody computes on them, no live run claims them,
   no other user reserved them) go N at a time, lowest first, to our points in order, host by
   host in the inventory's order.
 

@@ -1,6 +1,6 @@
 """Whether a waiting job may start on a host now, and if not, why — as values. Pure.
 
-One look at a host (look.py) gives a `HostView`: its GPUs as placement sees them (place.py:
+One look at a host (look.py) gives a `HostView`: its GPUs as placement sees them (freegpus.py:
 free for us means nobody computes on them, no live run claims them, no other user reserved
 them; our own reservation is ours to use), every user's tickets, our uid there. From it:
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tfctl.remote.agent.policy import limit_words
-from tfctl.remote.lab.place import HostFree
+from tfctl.remote.lab.freegpus import HostFree
 from tfctl.remote.queue.tickets import Ticket, Want, overlaps
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from tfctl.inventory.errors import InventoryError
 from tfctl.remote.engines.engine import UpOptions
 from tfctl.remote.errors import GpusBusy, RemoteError
-from tfctl.remote.lab.place import NoFreeGpus
+from tfctl.remote.lab.freegpus import NoFreeGpus
 from tfctl.remote.queue.record import WaitingJob
 
 RACE_LOST = (GpusBusy, NoFreeGpus)

@@ -2,7 +2,7 @@
 
 Per host: reachable over SSH with a verified key; the inventory's python runs; what the job's
 framework says there (TensorFlow: its version, the GPUs it sees; `Framework.judge_install`,
-`judge_host`); nvidia-smi and the GPU indices the inventory selects; no other user's or run's
+`judge_import`); nvidia-smi and the GPU indices the inventory selects; no other user's or run's
 process on the GPUs the plan assigns; every task port free; and every other host able to reach
 this host's task ports (temporary listeners, then connects from every peer, to the names the
 cluster spec gives), which is what a firewall between lab machines breaks, and what a name the
@@ -32,7 +32,9 @@ LISTEN_SECONDS = 15
 
 
 @dataclass(frozen=True)
-class Finding:
+class CheckFinding:
+    """One line of `tfctl check`'s report on a host: how bad, and what it says."""
+
     level: Level
     text: str
 
@@ -40,7 +42,7 @@ class Finding:
 @dataclass
 class HostReport:
     host: str
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[CheckFinding] = field(default_factory=list)
     probe: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -48,7 +50,7 @@ class HostReport:
         return all(f.level != "fail" for f in self.findings)
 
     def add(self, level: Level, text: str) -> None:
-        self.findings.append(Finding(level, text))
+        self.findings.append(CheckFinding(level, text))
 
 
 def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
@@ -66,7 +68,7 @@ def run_check(fleet: Fleet, plan: Plan) -> list[HostReport]:
                      framework.judge_install(probe), framework.title)
         for level, text in judge_room(probe.get("workdir_free_bytes"), inv.job.disk_floor_bytes):
             reports[name].add(level, text)
-        for level, text in framework.judge_host(probe, inv.host(name).gpus, inv.job):
+        for level, text in framework.judge_import(probe, inv.host(name).gpus, inv.job):
             reports[name].add(level, text)
         if name in plan.hosts_used:
             for level, text in judge_hostname(probe, inv.job.framework, spread):

@@ -7,10 +7,11 @@ when a client looks. TensorFlow's own rules decide it (docs/strategy-rules.md):
 - a chief exists (ParameterServerStrategy's coordinator, or MultiWorkerMirrored's chief): its
   end is the job's end;
 - the flags style: worker 0 is the chief in practice (it initialises and saves);
-- a job of ranks (torch, jax: style `env`, inventory/frameworks/ranks.py), mode `group`: rank
-  0's end, or any rank's failure (no restart left), since the group cannot go on without one
-  of its ranks; a rank's failure is seen on its own host (its exit record), rank 0's end on
-  every host (its port), and a host that sees a rank fail stops its other ranks at once;
+- a job of ranks (torch, jax: `Framework.one_group`, inventory/frameworks/ranks.py), mode
+  `group`: rank 0's end, or any rank's failure (no restart left), since the group cannot go on
+  without one of its ranks; a rank's failure is seen on its own host (its exit record), rank
+  0's end on every host (its port), and a host that sees a rank fail stops its other ranks at
+  once;
 - otherwise (MultiWorkerMirrored without a chief, mirrored, custom): every worker has ended.
 
 Only a refusal on a remote decider's port counts toward its end; silence (no answer) ends a
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tfctl.inventory.frameworks import framework_of
 from tfctl.inventory.plan import Plan, Task
 
 TENSORBOARD_GRACE_S = 300.0
@@ -38,7 +40,7 @@ def deciders(plan: Plan) -> tuple[list[Task], str]:
     if chiefs:
         return chiefs, "any"
     workers = [t for t in plan.tasks if t.type == "worker"]
-    if plan.inventory.job.style == "env":
+    if framework_of(plan.inventory.job).one_group:
         return sorted(workers, key=lambda t: t.index), "group"
     if plan.inventory.job.style == "flags" and workers:
         return [next(t for t in workers if t.index == 0)], "any"

@@ -1,7 +1,7 @@
-"""The GPU watch: live telemetry (`TelemetryHub`), which task owns each GPU (`OwnerCache`) and
+"""The GPU watch: live telemetry (`TelemetryStreams`), which task owns each GPU (`OwnerCache`) and
 what looks wrong (`findings`), wired together once for `tfctl gpus` and the dashboard.
 
-`RunController.gpu_watch()` builds one over the controller's SSH connections. The hub satisfies
+`RunController.gpu_watch()` builds one over the controller's SSH connections. The streams satisfy
 the dashboard's `TelemetrySource` as it is; `owner_of` is its `OwnerOf` (never blocks) and the
 watch itself, called, is its `FindingsSource` (blocks: one agent round trip per host).
 """
@@ -25,7 +25,7 @@ from tfctl.remote.gpus.findings import (
 )
 from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.owners import Owner, OwnerCache
-from tfctl.remote.gpus.telemetry import TelemetryHub
+from tfctl.remote.gpus.telemetry import TelemetryStreams
 from tfctl.remote.runs.current import CurrentRun
 from tfctl.remote.silence import Silence
 
@@ -36,29 +36,29 @@ class GpuWatch:
     def __init__(self, fleet: Fleet, current: Callable[[], CurrentRun | None],
                  interval_ms: int | None = None) -> None:
         kwargs: dict[str, Any] = {} if interval_ms is None else {"interval_ms": interval_ms}
-        self.hub = TelemetryHub(fleet, **kwargs)
-        self.cache = OwnerCache(fleet, self.hub.snapshots)
+        self.streams = TelemetryStreams(fleet, **kwargs)
+        self.cache = OwnerCache(fleet, self.streams.snapshots)
         self.marks: dict[LogKey, LogMark] = {}
         self._current = current
         self._stop = threading.Event()
 
     # -- the stream ------------------------------------------------------------------------
     def start(self) -> None:
-        self.hub.start()
+        self.streams.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self.hub.stop()
+        self.streams.stop()
 
     def wait_first(self, timeout_s: float) -> None:
         """Block until every host sent its first sample (or said why not), at most `timeout_s`."""
-        self.hub.wait_first(timeout_s)
+        self.streams.wait_first(timeout_s)
 
     def snapshots(self) -> Mapping[str, HostTelemetry]:
-        return self.hub.snapshots()
+        return self.streams.snapshots()
 
     def clock(self) -> float:
-        now: float = self.hub.clock()
+        now: float = self.streams.clock()
         return now
 
     # -- owners -----------------------------------------------------------------------------
@@ -102,7 +102,7 @@ class GpuWatch:
         now = self.clock() if now is None else now
         if track:
             self.marks = track_logs(self.marks, self.cache.tasks, now)
-        found = all_findings(self.hub.snapshots(), self.hub.history, self.cache.tasks,
+        found = all_findings(self.streams.snapshots(), self.streams.history, self.cache.tasks,
                              self.marks, now)
         return (*found, *silence_findings(self.cache.silences, time.time()),
                 *policy_idle_findings(self.cache.idle, time.time()))

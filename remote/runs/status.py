@@ -12,7 +12,7 @@ task; whoever observes it stops the remaining ps, workers and chief (the evaluat
 stay up for reading the results) and the job's status is the failed task's. To resume instead,
 ask for `restart: {chief: on-failure}` (the chief restarts and reads its checkpoint) — while a
 restart is pending the task is `starting`, not failed. The ranks of a process group (torch,
-jax: style `env`) are each such a task, and rank 0 is the chief: the group cannot go on
+jax: `Framework.one_group`) are each such a task, and rank 0 is the chief: the group cannot go on
 without any of them (inventory/frameworks/ranks.py).
 
 A task lost to its host's restart (`lost (host restarted at T)`: the host rebooted under it, its
@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfctl.inventory.frameworks import framework_of
+from tfctl.inventory.model import Job
 from tfctl.remote.agent.vocab import TaskRecord
 from tfctl.remote.agent.wirerecord import replace
 from tfctl.remote.connect.fleet import Fleet
@@ -95,8 +97,8 @@ class RunStatus:
     """host → the run's GPUs there idle under the lab policy, its owner warned (since, stop_at;
     agent/idlewatch.py): the run stops there at `stop_at` unless it is used again."""
     group: bool = False
-    """The workers are one process group's ranks (torch, jax: style `env`): the failure of any
-    ends the job, as a chief's would."""
+    """The workers are one process group's ranks (torch, jax: `Framework.one_group`): the
+    failure of any ends the job, as a chief's would."""
 
     def unreachable_since(self, host: str) -> float | None:
         if host not in self.unreachable:
@@ -145,11 +147,11 @@ def read_status(fleet: Fleet, run_id: str, hosts: list[str], tail: int = 1) -> R
     """Every task of the run, from every host."""
     asked_at = time.time()
     answers = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=tail), hosts)
-    return status_from(fleet.inventory.job.style, run_id, answers.succeeded,
+    return status_from(fleet.inventory.job, run_id, answers.succeeded,
                        {h: str(e) for h, e in answers.failed.items()}, asked_at)
 
 
-def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAnswer],
+def status_from(job: Job, run_id: str, answers: Mapping[str, agentops.StatusAnswer],
                 unreachable: Mapping[str, str], asked_at: float) -> RunStatus:
     """The run's status from its hosts' answers (a status read's, or `up`'s last round's)."""
     tasks: list[TaskStatus] = []
@@ -168,8 +170,8 @@ def status_from(style: str, run_id: str, answers: Mapping[str, agentops.StatusAn
     order = {"ps": 0, "worker": 1, "chief": 2, "evaluator": 3, "tensorboard": 4}
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
-                     acting_chief_of(style), asked_at, silences=tuple(silences),
-                     records_stopped=records, idle=idle, group=style == "env")
+                     acting_chief_of(job), asked_at, silences=tuple(silences),
+                     records_stopped=records, idle=idle, group=framework_of(job).one_group)
 
 
 def records_words(host: str, state: Mapping[str, Any]) -> str:
@@ -183,11 +185,11 @@ def records_words(host: str, state: Mapping[str, Any]) -> str:
             "tasks keep running, and the records resume once there is room")
 
 
-def acting_chief_of(style: str) -> str | None:
+def acting_chief_of(job: Job) -> str | None:
     """In the flags style worker 0 is the chief in practice: it initialises and saves, so its
-    end is the job's end, and so is rank 0's in a process group (style `env`)
+    end is the job's end, and so is rank 0's in a process group (`Framework.one_group`)
     (remote/runs/endrule.py says the same to the hosts)."""
-    return "worker:0" if style in ("flags", "env") else None
+    return "worker:0" if job.style == "flags" or framework_of(job).one_group else None
 
 
 def _is_chief(task: TaskStatus, acting_chief: str | None) -> bool:

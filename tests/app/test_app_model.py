@@ -31,7 +31,7 @@ from tfctl.tui.app.model.hostlines import (
     not_answering,
 )
 from tfctl.tui.app.model.logbuffer import LogBuffer, LogView
-from tfctl.tui.app.sources import Finding
+from tfctl.tui.app.sources import AppFinding
 from tfctl.tui.app.widgets.cluster import gpu_text
 from tfctl.tui.app.widgets.header import builtin_findings, merge_findings, no_findings_text
 
@@ -191,8 +191,8 @@ def test_log_view_filters_one_task_or_all_with_prefixes() -> None:
 
 
 def test_merge_findings_keeps_the_apps_own_only_when_they_say_something_new() -> None:
-    own = [Finding("error", "old-box unreachable", "old-box"),
-           Finding("warning", "worker:2 exited 1", "titan", task="worker:2"),
-           Finding("warning", "worker:9 exited 2", "titan", task="worker:9")]
+    own = [AppFinding("error", "old-box unreachable", "old-box"),
+           AppFinding("warning", "worker:2 exited 1", "titan", task="worker:2"),
+           AppFinding("warning", "worker:9 exited 2", "titan", task="worker:9")]
     merged = merge_findings(lab_findings(), own)
     assert [f.text for f in merged[3:]] == ["worker:9 exited 2"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import click
 import pytest
 
 from tfctl.inventory.errors import InventoryError
@@ -71,18 +72,28 @@ def test_a_slurm_run_refuses_restart_as_the_fleet_not_a_host(inventory_path: Pat
     assert "up --on slurm" in str(refused.value)
 
 
-def test_up_starts_on_the_engine_on_names(inventory_path: Path) -> None:
+@pytest.mark.parametrize("on", ["hosts", "lab"])
+def test_up_starts_on_the_engine_on_names(inventory_path: Path, on: str) -> None:
     inv = load_inventory(inventory_path)
-    with RunController(inv) as controller:  # `up --on lab`, the default: a row per host
+    with RunController(inv, on=on) as controller:  # `up --on hosts`, the default (or `lab`)
         rows = controller.start_steps(UpOptions())
         assert rows is not None and rows.hosts == ("titan", "gtx970")
         assert rows.steps[-1] == "gpus" and set(rows.launch_hosts) <= {"titan", "gtx970"}
         assert rows.task_hosts == {t.name: t.host for t in controller.plan.tasks}
     with RunController(inv, on="slurm") as controller:  # the submission is told in lines
         assert controller.start_steps(UpOptions()) is None
-    with RunController(inv, on="k8s") as controller, pytest.raises(ValueError, match="lab or "
+    with RunController(inv, on="k8s") as controller, pytest.raises(ValueError, match="hosts or "
                                                                                        "slurm"):
         controller.start_steps(UpOptions())
+
+
+def test_up_on_takes_every_engines_name_and_no_other_word() -> None:
+    from tfctl.remote.engines.choice import ON, ON_ALSO
+    from tfctl.tui.cli.lifecycle import up
+
+    on = next(p for p in up.params if p.name == "on")
+    assert isinstance(on.type, click.Choice) and on.default == ON[0]
+    assert set(on.type.choices) == {*ON, *ON_ALSO} and set(ON_ALSO.values()) <= set(ON)
 
 
 def test_a_bad_slurm_host_is_refused_when_the_job_would_be_submitted(inventory_path: Path
@@ -102,7 +113,7 @@ def test_the_hosts_plan_an_inventory_without_free_gpus_as_it_is(inventory_path: 
     with RunController(inv) as controller:
         engine = HostsEngine(controller.fleet, controller.current, lambda: controller.plan)
         said: list[str] = []
-        assert engine.place(inv, said.append) == (inv, {}) and not said
+        assert engine.take_gpus(inv, said.append) == (inv, {}) and not said
 
 
 def test_fleet_errors_name_no_host() -> None:

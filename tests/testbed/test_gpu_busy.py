@@ -27,7 +27,7 @@ from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.gpus.busy import (
     NO_NVIDIA_SMI,
     find_busy_gpus,
-    judge_host,
+    judge_gpus_busy,
     parse_nvsmi_output,
     read_host,
 )
@@ -46,18 +46,18 @@ def test_judge_host_reports_only_assigned_gpus_and_offers_the_free_ones() -> Non
              12: None,  # ended between nvidia-smi and /proc
              13: {"user": "me", "cmdline": "python job.py", "tfctl_run_id": "r1",
                   "tfctl_task": "worker:0"}}
-    state = judge_host("h", ("0", "1"), GPUS, apps, procs, own_run_id="r1")
+    state = judge_gpus_busy("h", ("0", "1"), GPUS, apps, procs, own_run_id="r1")
     assert state.assigned == (0, 1) and state.listed == (0, 1, 2)
     assert [(u.gpu_index, u.pid, u.user) for u in state.busy] == [(0, 10, "alice")]
     assert state.busy[0].describe() == "GPU 0: pid 10 (user alice, 1500 MiB, python train.py)"
     assert state.free == ()  # every GPU holds some process (the gone one was listed)
-    other_run = judge_host("h", ("0",), GPUS, apps[3:], procs)
+    other_run = judge_gpus_busy("h", ("0",), GPUS, apps[3:], procs)
     assert other_run.busy[0].describe().endswith("; tfctl run r1 worker:0")
     assert other_run.free == (1, 2)
 
 
 def test_mask_tokens_may_be_uuids() -> None:
-    state = judge_host("h", ("GPU-ccc",), GPUS, [GpuProcess("GPU-ccc", 5, None, "p")], {})
+    state = judge_gpus_busy("h", ("GPU-ccc",), GPUS, [GpuProcess("GPU-ccc", 5, None, "p")], {})
     assert state.assigned == (2,)
     assert state.busy[0].describe() == "GPU 2: pid 5 (user ?, p)"
 

@@ -267,14 +267,14 @@ def test_a_session_is_stopped_as_idle_and_a_run_beside_it_is_not(
         monkeypatch.setenv(name, value)
     env = {"TFCTL_TEST_GPU_UTIL": "0", "TFCTL_TEST_NVSMI_TAG": tag}
 
-    def start(gpu: str, **manifest: Any) -> str:
+    def start_on_gpu(gpu: str, **manifest: Any) -> str:
         task = sh("worker:0", "exec sleep 120", env=dict(env, CUDA_VISIBLE_DEVICES=gpu))
         task["cuda_visible_devices"] = gpu
         return agent_dir.start([task], host="here", oneoff={"command": "sleep 120"}, end={
             "mode": "any", "deciders": [{"name": "worker:0", "host": "here"}]}, **manifest)
 
-    session = start("0", session="shell")
-    run = start("1")
+    session = start_on_gpu("0", session="shell")
+    run = start_on_gpu("1")
     finished = wait_until("the session stopped as idle", lambda: (
         Path(agent_dir.workdir, ".tfctl", "runs", session, "finished.json").exists() and
         json.loads(Path(agent_dir.workdir, ".tfctl", "runs", session, "finished.json")

@@ -4,7 +4,7 @@ A MultiWorkerMirrored worker cannot rejoin a running group. With `restart: {work
 on-failure}` (and `together`, the default under this strategy) a killed worker's supervisor
 waits until its peer has failed too; both restart, each restores its latest checkpoint (the
 same step on both), and the job ends at its planned step. The worker is killed between two
-checkpoints (one taken, the next 200 steps away), so the restart resumes from a step both
+checkpoints (one taken, the next 150 steps away), so the restart resumes from a step both
 workers saved.
 """
 
@@ -24,8 +24,9 @@ from tests.support.testbedtools import processes_of_run, run_id_from, task_pid, 
 pytestmark = [pytest.mark.testbed, pytest.mark.tf]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-STEPS = 900
-CHECKPOINT_EVERY = 300
+STEPS = 600
+CHECKPOINT_EVERY = 200
+LOG_EVERY = 50
 
 
 
@@ -35,7 +36,7 @@ def test_killed_worker_and_its_peer_restart_together_and_resume(testbed, tmp_pat
     for name in ("train.py", "digits.py"):
         shutil.copy(EXAMPLES / name, job_dir / name)
     job = {"script": "train.py", "strategy": "multi_worker_mirrored",
-           "args": [f"--steps={STEPS}", "--log_every=100",
+           "args": [f"--steps={STEPS}", f"--log_every={LOG_EVERY}",
                     f"--checkpoint_every={CHECKPOINT_EVERY}"],
            "restart": {"worker": "on-failure", "max": 2, "backoff": 1}}
     inv = testbed.write_inventory(job_dir / "cluster.yaml", job, hosts=["h1", "h2"],

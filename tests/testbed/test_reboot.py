@@ -10,7 +10,9 @@ by its rule. With the bundled trainer, the restarted task resumes from its last 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +27,7 @@ from tests.support.testbedtools import (
     processes_of_run,
     run_id_from,
     status_json,
+    task_pid,
     tfctl,
 )
 from tfctl.remote.reach import clock_hms
@@ -132,18 +135,25 @@ def test_a_restarted_host_is_lost_and_restart_brings_its_tasks_back(isolated_tes
 def test_a_real_tf_job_resumes_from_its_checkpoint_after_its_host_restarts(  # type: ignore[no-untyped-def]
         isolated_testbed, tmp_path: Path) -> None:
     testbed = isolated_testbed
-    steps, every = 4000, 500
+    steps, every = 1500, 500
+    train_dir = f"out/{tmp_path.name}"  # its own: no checkpoint another test left on h3
     job = {"script": "train.py", "strategy": "mirrored",
            "args": ["--strategy=mirrored", "--cpu_devices=2", f"--steps={steps}",
-                    f"--log_every={every}", f"--checkpoint_every={every}"]}
+                    f"--log_every={every}", f"--checkpoint_every={every}",
+                    f"--train_dir={train_dir}"]}
     inv = testbed.write_inventory(examples_job_dir(tmp_path) / "cluster.yaml", job, hosts=["h3"],
                               ps={"h3": 0})
     up = tfctl(inv, "up", timeout=300)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         run_id = run_id_from(up.stdout)
-        ckpt = testbed.host("h3").workdir / "out" / "ckpt"
+        ckpt = testbed.host("h3").workdir / train_dir / "ckpt"
         saved = _until(lambda: _recorded_step(ckpt), 240, "a first checkpoint recorded")
+        # Held from here to the restart (which kills it), so the job cannot end before its
+        # host restarts however fast it trains: a few steps past the checkpoint are enough.
+        trainer = task_pid(run_id, "worker:0")
+        assert trainer is not None
+        os.kill(trainer, signal.SIGSTOP)
         boot = restart_host(testbed, "h3")
 
         lost = _tasks(inv)["worker:0"]

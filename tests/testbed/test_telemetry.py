@@ -1,4 +1,4 @@
-"""The telemetry hub on `transport: local` hosts, reading the nvidia-smi stand-in as real programs.
+"""The telemetry streams on `transport: local` hosts, reading the nvidia-smi stand-in as programs.
 
 Every test puts the stand-in (tests/support/fakes, a test double of the nvidia-smi CLI) first on
 PATH and tags itself with a unique TFCTL_TEST_NVSMI_TAG, so only the processes it starts count as
@@ -35,7 +35,7 @@ from tfctl.inventory.model import Host, Inventory, Job
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.gpus.lastseen import TelemetryState
 from tfctl.remote.gpus.nvsmi import BASE_GPU_FIELDS, WANTED_GPU_FIELDS, GpuSample
-from tfctl.remote.gpus.telemetry import BlockAssembler, TelemetryHub, parse_probe
+from tfctl.remote.gpus.telemetry import BlockAssembler, TelemetryStreams, parse_probe
 from tfctl.tui.app.sources import TelemetrySource
 from tfctl.tui.cli.demo_lab import free_port_block
 
@@ -72,12 +72,12 @@ class Bench:
                     workdir=str(self.tmp / "work"), python=sys.executable, env={},
                     gpus=(0, 1), ps=0, transport="local")
 
-    def hub(self, **kw: Any) -> TelemetryHub:
+    def tel(self, **kw: Any) -> TelemetryStreams:
         fleet = Fleet(Inventory("bench", (self.host(),), Job(script="job.py")))
         kw.setdefault("interval_ms", 200)
         kw.setdefault("apps_every", 1)
         kw.setdefault("backoff_s", 0.2)
-        return TelemetryHub(fleet, **kw)
+        return TelemetryStreams(fleet, **kw)
 
     def start(self, *argv: str, **env: str) -> subprocess.Popen[bytes]:
         child = subprocess.Popen(list(argv), env={**os.environ, **env})
@@ -116,27 +116,27 @@ def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
 
 
 @pytest.fixture
-def running(bench: Bench) -> Iterator[Callable[..., TelemetryHub]]:
-    hubs: list[TelemetryHub] = []
+def running(bench: Bench) -> Iterator[Callable[..., TelemetryStreams]]:
+    tels: list[TelemetryStreams] = []
 
-    def make(**kw: Any) -> TelemetryHub:
-        hub = bench.hub(**kw)
-        hubs.append(hub)
-        hub.start()
-        return hub
+    def make(**kw: Any) -> TelemetryStreams:
+        tel = bench.tel(**kw)
+        tels.append(tel)
+        tel.start()
+        return tel
 
     yield make
-    for hub in hubs:
-        hub.stop()
+    for tel in tels:
+        tel.stop()
 
 
-def as_source(hub: TelemetryHub) -> TelemetrySource:
-    """mypy checks here that the hub satisfies the dashboard's Protocol."""
-    return hub
+def as_source(tel: TelemetryStreams) -> TelemetrySource:
+    """mypy checks here that the streams satisfy the dashboard's Protocol."""
+    return tel
 
 
-def ok_state(hub: TelemetryHub) -> bool:
-    return hub.snapshot("bench").state(hub.clock()) is TelemetryState.OK
+def ok_state(tel: TelemetryStreams) -> bool:
+    return tel.snapshot("bench").state(tel.clock()) is TelemetryState.OK
 
 
 # -- pure parts -------------------------------------------------------------------------------
@@ -193,26 +193,26 @@ def test_blocks_end_when_every_gpu_reported_or_one_repeats() -> None:
     assert unknown.add(a) == [] and unknown.add(b) == [] and unknown.add(c) == [(a, b, c)]
 
 
-# -- the hub on real processes ------------------------------------------------------------------
+# -- the streams on real processes ------------------------------------------------------------
 
 def test_stream_shows_gpus_and_the_process_using_each(bench: Bench, running: Any) -> None:
     worker = bench.start("sleep", "120", CUDA_VISIBLE_DEVICES="1")
-    hub = running()
-    snap = wait_until("processes", lambda: (s := hub.snapshot("bench")).processes and s, 30, 0.05)
+    tel = running()
+    snap = wait_until("processes", lambda: (s := tel.snapshot("bench")).processes and s, 30, 0.05)
     gpus = {g.index: g for g in snap.gpus}
     assert [gpus[0].name, gpus[1].name] == ["NVIDIA TITAN X (Pascal)", "NVIDIA GeForce GTX 970"]
     assert gpus[0].utilization_gpu_pct == 0.0
     assert (gpus[1].utilization_gpu_pct or 0) >= 90.0
     assert (gpus[1].power_draw_w, gpus[0].power_limit_w) == (None, 250.0)  # never 0 W
     assert [(p.gpu_uuid, p.pid) for p in snap.processes] == [(gpus[1].uuid, worker.pid)]
-    assert snap.state(hub.clock()) is TelemetryState.OK
-    wait_until("history", lambda: len(hub.history.recent("bench", gpus[1].uuid)) >= 3, 30, 0.05)
-    assert all(u is not None and u >= 90 for u in hub.history.series(
+    assert snap.state(tel.clock()) is TelemetryState.OK
+    wait_until("history", lambda: len(tel.history.recent("bench", gpus[1].uuid)) >= 3, 30, 0.05)
+    assert all(u is not None and u >= 90 for u in tel.history.series(
         "bench", gpus[1].uuid, "utilization_gpu_pct"))
-    assert hub.info("bench").gpu_fields[-1] == "clocks_event_reasons.active"
+    assert tel.info("bench").gpu_fields[-1] == "clocks_event_reasons.active"
     worker.kill()
     worker.wait()
-    wait_until("the process to go", lambda: not hub.snapshot("bench").processes, 30, 0.05)
+    wait_until("the process to go", lambda: not tel.snapshot("bench").processes, 30, 0.05)
 
 
 def test_only_fields_the_driver_lists_are_queried(bench: Bench, running: Any) -> None:
@@ -223,11 +223,11 @@ def test_only_fields_the_driver_lists_are_queried(bench: Bench, running: Any) ->
                "to query.'; exit 2 ;;\n"
                '  *) exec $STANDIN "$@" ;;\n'
                "esac\n")
-    hub = running()
-    wait_until("samples", lambda: ok_state(hub), 30, 0.05)
-    assert "clocks_event_reasons.active" not in hub.info("bench").gpu_fields
-    assert all(g.throttle_reasons is None for g in hub.snapshot("bench").gpus)
-    assert hub.info("bench").restarts == 0
+    tel = running()
+    wait_until("samples", lambda: ok_state(tel), 30, 0.05)
+    assert "clocks_event_reasons.active" not in tel.info("bench").gpu_fields
+    assert all(g.throttle_reasons is None for g in tel.snapshot("bench").gpus)
+    assert tel.info("bench").restarts == 0
 
 
 def test_host_without_nvidia_smi_says_no_gpus_once(bench: Bench, running: Any,
@@ -235,49 +235,49 @@ def test_host_without_nvidia_smi_says_no_gpus_once(bench: Bench, running: Any,
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has a real nvidia-smi")
-    hub = running()
+    tel = running()
     wait_until("no GPUs",
-               lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS, 30, 0.05)
+               lambda: tel.snapshot("bench").state(tel.clock()) is TelemetryState.NO_GPUS, 30, 0.05)
     time.sleep(1.0)  # many ticks at 200 ms: still one calm state, no error
-    snap = hub.snapshot("bench")
-    assert snap.state(hub.clock()) is TelemetryState.NO_GPUS and snap.error is None
-    assert (hub.info("bench").restarts, hub.info("bench").blocks) == (0, 0)
+    snap = tel.snapshot("bench")
+    assert snap.state(tel.clock()) is TelemetryState.NO_GPUS and snap.error is None
+    assert (tel.info("bench").restarts, tel.info("bench").blocks) == (0, 0)
 
 
 def test_no_devices_is_no_gpus(bench: Bench, running: Any,
                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TFCTL_TEST_NVSMI_CONFIG")  # the stand-in: "No devices were found"
-    hub = running()
+    tel = running()
     wait_until("no GPUs",
-               lambda: hub.snapshot("bench").state(hub.clock()) is TelemetryState.NO_GPUS, 30, 0.05)
-    assert hub.info("bench").restarts == 0
+               lambda: tel.snapshot("bench").state(tel.clock()) is TelemetryState.NO_GPUS, 30, 0.05)
+    assert tel.info("bench").restarts == 0
 
 
 def test_nvml_failure_is_a_host_error_then_recovers(bench: Bench, running: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFCTL_TEST_NVSMI_FAIL",
                        "Failed to initialize NVML: Driver/library version mismatch")
-    hub = running()
-    snap = wait_until("an error", lambda: (s := hub.snapshot("bench")).error and s, 30, 0.05)
+    tel = running()
+    snap = wait_until("an error", lambda: (s := tel.snapshot("bench")).error and s, 30, 0.05)
     assert "Driver/library version mismatch" in (snap.error or "")
-    assert snap.state(hub.clock()) is TelemetryState.ERROR
+    assert snap.state(tel.clock()) is TelemetryState.ERROR
     monkeypatch.delenv("TFCTL_TEST_NVSMI_FAIL")  # "the driver was fixed": the retry succeeds
-    wait_until("recovery", lambda: ok_state(hub), 30, 0.05)
-    assert hub.snapshot("bench").error is None
+    wait_until("recovery", lambda: ok_state(tel), 30, 0.05)
+    assert tel.snapshot("bench").error is None
 
 
 def test_killed_stream_marks_the_host_then_reconnects(bench: Bench, running: Any) -> None:
-    hub = running(backoff_s=1.0)
-    wait_until("samples", lambda: ok_state(hub), 30, 0.05)
+    tel = running(backoff_s=1.0)
+    wait_until("samples", lambda: ok_state(tel), 30, 0.05)
     first = wait_until("the stream process", bench.stream_pids, 30, 0.05)
     assert len(first) == 1
     os.kill(first[0], signal.SIGKILL)
-    snap = wait_until("the error", lambda: (s := hub.snapshot("bench")).error and s, 30, 0.05)
+    snap = wait_until("the error", lambda: (s := tel.snapshot("bench")).error and s, 30, 0.05)
     assert snap.gpus, "the last known GPUs are kept (dimmed by a UI)"
-    assert hub.info("bench").restarts == 1
-    assert "stream ended" in (hub.info("bench").last_error or "")
-    blocks = hub.info("bench").blocks
-    wait_until("recovery", lambda: ok_state(hub) and hub.info("bench").blocks > blocks, 30, 0.05)
+    assert tel.info("bench").restarts == 1
+    assert "stream ended" in (tel.info("bench").last_error or "")
+    blocks = tel.info("bench").blocks
+    wait_until("recovery", lambda: ok_state(tel) and tel.info("bench").blocks > blocks, 30, 0.05)
     assert bench.stream_pids() not in ([], first)
 
 
@@ -287,20 +287,20 @@ def test_silent_stream_is_closed_and_reopened(bench: Bench, running: Any) -> Non
                '  *-lms*) $STANDIN $(echo "$@" | sed "s/-lms [0-9]*//"); exec sleep 600 ;;\n'
                '  *) exec $STANDIN "$@" ;;\n'
                "esac\n")
-    hub = running(silence_s=1.0)
-    wait_until("the watchdog", lambda: hub.info("bench").restarts >= 1, 30, 0.05)
-    assert "no output from nvidia-smi" in (hub.info("bench").last_error or "")
-    assert hub.info("bench").blocks >= 1
+    tel = running(silence_s=1.0)
+    wait_until("the watchdog", lambda: tel.info("bench").restarts >= 1, 30, 0.05)
+    assert "no output from nvidia-smi" in (tel.info("bench").last_error or "")
+    assert tel.info("bench").blocks >= 1
 
 
 def test_stop_leaves_no_stream_running(bench: Bench) -> None:
-    hub = bench.hub()
-    as_source(hub).start()
-    wait_until("samples", lambda: ok_state(hub), 30, 0.05)
+    tel = bench.tel()
+    as_source(tel).start()
+    wait_until("samples", lambda: ok_state(tel), 30, 0.05)
     assert bench.stream_pids()
-    hub.stop()
+    tel.stop()
     wait_until("the stream to end", lambda: not bench.stream_pids(), 10, 0.05)
-    assert not any(t.is_alive() for t in hub._threads)
+    assert not any(t.is_alive() for t in tel._threads)
 
 
 # -- `tfctl gpus` end to end on a local run ------------------------------------------------------
@@ -426,27 +426,27 @@ def test_lab_gpus_json_owners_during_a_run(gpu_testbed: Testbed, tmp_path: Path,
 def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_testbed: Testbed,
                                                          tmp_path: Path) -> None:
     fleet = Fleet(load_inventory(lab_inventory(gpu_testbed, tmp_path)))
-    hub = TelemetryHub(fleet, interval_ms=300, backoff_s=1.0)
-    hub.start()
+    tel = TelemetryStreams(fleet, interval_ms=300, backoff_s=1.0)
+    tel.start()
     try:
         def ok(host: str) -> bool:
-            return hub.snapshot(host).state(hub.clock()) is TelemetryState.OK
+            return tel.snapshot(host).state(tel.clock()) is TelemetryState.OK
 
         wait_until("both GPU hosts", lambda: ok("h1") and ok("h2"), 30, 0.05)
-        assert hub.snapshot("h3").state(hub.clock()) is TelemetryState.NO_GPUS
+        assert tel.snapshot("h3").state(tel.clock()) is TelemetryState.NO_GPUS
         loop = wait_until("h1's nvidia-smi loop", lambda: stream_on(gpu_testbed, "h1"), 30, 0.05)
         assert loop is not None
         session = parent_of(loop)
         os.kill(session, signal.SIGKILL)  # the sshd process serving the channel
-        snap = wait_until("h1 marked", lambda: (s := hub.snapshot("h1")).error and s, 30, 0.05)
-        assert snap.state(hub.clock()) is TelemetryState.ERROR and snap.gpus
+        snap = wait_until("h1 marked", lambda: (s := tel.snapshot("h1")).error and s, 30, 0.05)
+        assert snap.state(tel.clock()) is TelemetryState.ERROR and snap.gpus
         assert ok("h2"), "another host's stream is untouched"
-        blocks = hub.info("h1").blocks
-        wait_until("h1 recovered", lambda: ok("h1") and hub.info("h1").blocks > blocks, 30, 0.05)
-        assert hub.info("h1").restarts == 1
+        blocks = tel.info("h1").blocks
+        wait_until("h1 recovered", lambda: ok("h1") and tel.info("h1").blocks > blocks, 30, 0.05)
+        assert tel.info("h1").restarts == 1
         assert stream_on(gpu_testbed, "h1") not in (None, loop)
     finally:
-        hub.stop()
+        tel.stop()
         fleet.close()
 
 
@@ -454,19 +454,19 @@ def test_lab_killed_ssh_channel_marks_host_then_recovers(gpu_testbed: Testbed,
 def test_lab_cut_link_goes_stale_then_recovers(gpu_testbed: Testbed, isolated_testbed: Testbed,
                                                tmp_path: Path) -> None:
     fleet = Fleet(load_inventory(lab_inventory(gpu_testbed, tmp_path)))
-    hub = TelemetryHub(fleet, interval_ms=300, backoff_s=0.5, max_backoff_s=2.0, silence_s=2.0)
-    hub.start()
+    tel = TelemetryStreams(fleet, interval_ms=300, backoff_s=0.5, max_backoff_s=2.0, silence_s=2.0)
+    tel.start()
     try:
         wait_until("h1 sampled",
-                   lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK, 30, 0.05)
+                   lambda: tel.snapshot("h1").state(tel.clock()) is TelemetryState.OK, 30, 0.05)
         isolated_testbed.cut("h1")  # packets dropped: the open channel just goes quiet
         wait_until("h1 stale or failed",
-                   lambda: hub.snapshot("h1").state(hub.clock()) is not TelemetryState.OK, 30, 0.05)
-        wait_until("the watchdog", lambda: hub.info("h1").restarts >= 1, 30, 0.05)
+                   lambda: tel.snapshot("h1").state(tel.clock()) is not TelemetryState.OK, 30, 0.05)
+        wait_until("the watchdog", lambda: tel.info("h1").restarts >= 1, 30, 0.05)
         isolated_testbed.heal("h1")
-        blocks = hub.info("h1").blocks
-        wait_until("recovery", lambda: hub.snapshot("h1").state(hub.clock()) is TelemetryState.OK
-                 and hub.info("h1").blocks > blocks, 60, 0.05)
+        blocks = tel.info("h1").blocks
+        wait_until("recovery", lambda: tel.snapshot("h1").state(tel.clock()) is TelemetryState.OK
+                 and tel.info("h1").blocks > blocks, 60, 0.05)
     finally:
-        hub.stop()
+        tel.stop()
         fleet.close()

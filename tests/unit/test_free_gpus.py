@@ -15,7 +15,7 @@ from tfctl.inventory import InventoryError, parse_inventory
 from tfctl.inventory.model import FreeGpus
 from tfctl.inventory.plan import make_plan
 from tfctl.remote.agent.vocab import GpuState
-from tfctl.remote.lab.place import HostFree, choose, host_free, placed
+from tfctl.remote.lab.freegpus import HostFree, choose, host_free, with_gpus
 from tfctl.remote.lab.view import host_lab
 
 BASE = "name: t\nhosts:\n  - name: box\n    gpus: {gpus}\njob:\n  script: train.py\n"
@@ -106,7 +106,7 @@ def test_choose_takes_the_lowest_or_nothing(count: int | None, free: tuple[int, 
 
 
 def test_placed_inventory_plans_one_worker_per_gpu_taken() -> None:
-    inv = placed(_inv("free"), {"box": (1, 2, 3)})
+    inv = with_gpus(_inv("free"), {"box": (1, 2, 3)})
     assert inv.hosts[0].free_gpus is None and inv.hosts[0].gpus == (1, 2, 3)
     assert [t.cuda_visible_devices for t in make_plan(inv).tasks if t.type == "worker"] == [
         "1", "2", "3"]

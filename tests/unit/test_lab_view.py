@@ -9,7 +9,7 @@ import pytest
 
 from tfctl.remote.agent.lab import next_low, parse_app_lines, parse_gpu_lines
 from tfctl.remote.agent.vocab import GpuState
-from tfctl.remote.gpus.busy import judge_host
+from tfctl.remote.gpus.busy import judge_gpus_busy
 from tfctl.remote.gpus.nvsmi import GpuProcess
 from tfctl.remote.lab.claims import blocking, clock, host_claims
 from tfctl.remote.lab.targets import parse_duration, parse_targets
@@ -74,7 +74,22 @@ def test_every_gpu_is_one_row_free_reserved_or_held_and_by_whom() -> None:
                                    "command": "jupyter-kernel", "memory_mib": 11000.0,
                                    "since": NOW - 86400, "run_id": None, "job": None,
                                    "task": None, "low_util_s": 1800.0, "idle": True,
-                                   "policy_idle_since": None, "policy_stop_at": None}]
+                                   "policy_idle_since": None, "policy_stop_at": None,
+                                   "session": ""}]
+
+
+def test_each_users_share_of_the_week_is_said_beside_their_gpus() -> None:
+    from tfctl.remote.lab.view import unreachable, with_shares
+    from tfctl.tui.app.labview import lab_cells
+
+    answer = _answer(week_held={"alice": [2700.0, 0.0], "carol": [900.0, 900.0]})
+    hosts = with_shares([host_lab("titan", answer), unreachable("gtx", "timed out")])
+    assert hosts[0].week_shares == {"alice": 0.75, "carol": 0.25}
+    run, reserved, _, notebook = (row_cells(r, hosts[0].week_shares) for r in hosts[0].rows)
+    assert run["who"] == "alice (75 % this week)" and notebook["who"] == "carol (25 % this week)"
+    assert reserved["who"] == "bob"  # no use recorded this week: no share said
+    assert row_json(hosts[0].rows[0], hosts[0].week_shares)["week_share"] == {"alice": 0.75}
+    assert lab_cells(hosts[0])[3][3] == "carol (25 % this week)"  # the dashboard's lab view
 
 
 def test_idle_needs_the_threshold_and_a_recent_sample() -> None:
@@ -136,12 +151,12 @@ def test_up_is_refused_a_reserved_gpu_naming_who_and_until_when() -> None:
     apps = [GpuProcess("GPU-0", 501, 1500.0, "python")]
     procs = {501: {"user": "alice", "cmdline": "python train.py", "pgid": 499,
                    "tfctl_run_id": None}}
-    state = judge_host("titan", ("0", "1"), gpus, apps, procs, claims=claims)
+    state = judge_gpus_busy("titan", ("0", "1"), gpus, apps, procs, claims=claims)
     assert [u.describe() for u in (*state.busy, *state.claimed)] == [
         "GPU 0: pid 501 (user alice, 1500 MiB, python train.py); tfctl run r-a worker:0",
         f"GPU 1: reserved by bob until {clock(NOW + 7200)} (ICML runs)"]
     assert state.free == (2, 3)  # the stale claim's GPU is free; bob's and alice's are not
-    own = judge_host("titan", ("1",), gpus, [], {}, claims=host_claims(
+    own = judge_gpus_busy("titan", ("1",), gpus, [], {}, claims=host_claims(
         "titan", _answer(me={"uid": BOB, "user": "bob"})))
     assert own.busy == () and own.claimed == ()
 
@@ -171,14 +186,14 @@ def test_targets() -> None:
 # ---------------------------------------------------------------- the host side, pure
 
 def test_nvidia_smi_lines_are_read_plainly() -> None:
-    gpus = parse_gpu_lines("0, GPU-a, 1505, 12288, 97, NVIDIA TITAN X (Pascal)\n"
-                           "1, GPU-b, [N/A], 4096, [Not Supported], GeForce, GTX 970\n"
-                           "Failed to initialize NVML\n")
+    gpus = parse_gpu_lines("0, GPU-a, 1505, 12288, 97, 212.5, NVIDIA TITAN X (Pascal)\n"
+                           "1, GPU-b, [N/A], 4096, [Not Supported], [Not Supported], GeForce, "
+                           "GTX 970\nFailed to initialize NVML\n")
     assert gpus == [
         {"index": 0, "uuid": "GPU-a", "memory_used_mib": 1505.0, "memory_total_mib": 12288.0,
-         "utilization_pct": 97.0, "name": "NVIDIA TITAN X (Pascal)"},
+         "utilization_pct": 97.0, "power_w": 212.5, "name": "NVIDIA TITAN X (Pascal)"},
         {"index": 1, "uuid": "GPU-b", "memory_used_mib": None, "memory_total_mib": 4096.0,
-         "utilization_pct": None, "name": "GeForce, GTX 970"}]
+         "utilization_pct": None, "power_w": None, "name": "GeForce, GTX 970"}]
     assert parse_app_lines("GPU-a, 4242, 1500\nNo running processes found\n") == [
         {"gpu_uuid": "GPU-a", "pid": 4242, "used_memory_mib": 1500.0}]
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tfctl.inventory.model import Job
 from tfctl.remote.runs.relaunch import NotRestartable, lost_words, target_of
 from tfctl.remote.runs.status import RunStatus, TaskStatus, status_from, task_from_agent
 
@@ -78,7 +79,7 @@ def test_status_from_answers_keeps_the_restart_time() -> None:
     from tfctl.remote.connect.session.agentops import StatusAnswer
 
     answer = StatusAnswer("r1", "/w/.tfctl/runs/r1", (_raw("worker:1", "lost", BOOTED),))
-    st = status_from("tf_config", "r1", {"h2": answer}, {}, time.time())
+    st = status_from(Job(script="t.py"), "r1", {"h2": answer}, {}, time.time())
     assert st.tasks[0].host_restarted_at_s == BOOTED
 
 

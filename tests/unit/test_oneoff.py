@@ -16,7 +16,7 @@ from tfctl.inventory.oneoff import (
     too_many_gpus,
 )
 from tfctl.inventory.plan import make_plan
-from tfctl.remote.lab.place import HostFree
+from tfctl.remote.lab.freegpus import HostFree
 from tfctl.remote.queue.points import place_points
 from tfctl.remote.queue.tickets import Ticket, Want
 from tfctl.remote.queue.turn import HostView

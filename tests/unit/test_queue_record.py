@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tfctl.remote.lab.place import HostFree
+from tfctl.remote.lab.freegpus import HostFree
 from tfctl.remote.queue import ids
 from tfctl.remote.queue import record as store
 from tfctl.remote.queue.points import place_points

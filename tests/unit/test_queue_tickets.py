@@ -14,7 +14,7 @@ import pytest
 from tfctl.remote.agent import tickets
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.vocab import GpuStateRequest, TicketDropAnswer, TicketRequest
-from tfctl.remote.lab.place import HostFree
+from tfctl.remote.lab.freegpus import HostFree
 from tfctl.remote.queue.tickets import Ticket, Want, ticket_of
 from tfctl.remote.queue.turn import HostView, host_turn
 

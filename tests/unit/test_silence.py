@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tfctl.inventory.model import Job
 from tfctl.remote.connect.session.agentops import StatusAnswer
 from tfctl.remote.gpus import owners as owners_module
 from tfctl.remote.gpus.findings import silence_findings
@@ -61,7 +62,7 @@ def _answers() -> dict[str, StatusAnswer]:
 
 def test_status_carries_the_silence_and_prints_it(monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    st = status_from("flags", "r1", _answers(), {}, W)
+    st = status_from(Job(script="t.py", style="flags"), "r1", _answers(), {}, W)
     assert st.silences == silences_from("h2", [RAW])
     assert {t.name: t.state for t in st.tasks} == {"ps:1": "running", "worker:0": "running"}
     assert not st.job_ended  # silence is no end

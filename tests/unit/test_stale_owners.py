@@ -30,7 +30,7 @@ from tfctl.remote.gpus.findings import stream_findings
 from tfctl.remote.gpus.lastseen import HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuProcess, GpuSample
 from tfctl.remote.gpus.owners import OwnerCache, TaskProcesses, map_owners
-from tfctl.remote.gpus.telemetry import TelemetryHub
+from tfctl.remote.gpus.telemetry import TelemetryStreams
 from tfctl.remote.runs.status import RunStatus, TaskStatus
 from tfctl.tui.cli import output
 
@@ -197,16 +197,16 @@ class DeadFleet:
 
 def test_the_telemetry_marks_a_silent_host_unreachable_and_asks_again_soon() -> None:
     fleet = DeadFleet()
-    hub = TelemetryHub(fleet, hosts=["h2"], backoff_s=5.0, unreachable_retry_s=0.05)  # type: ignore[arg-type]
-    started = hub.clock()
-    hub.start()
+    tel = TelemetryStreams(fleet, hosts=["h2"], backoff_s=5.0, unreachable_retry_s=0.05)  # type: ignore[arg-type]
+    started = tel.clock()
+    tel.start()
     try:
         deadline = time.monotonic() + 5.0
         while fleet.attempts < 4 and time.monotonic() < deadline:
             time.sleep(0.02)
-        snap = hub.snapshot("h2")
+        snap = tel.snapshot("h2")
     finally:
-        hub.stop()
+        tel.stop()
     assert fleet.attempts >= 4  # not 5 s, 10 s, 20 s apart: a healed link is seen soon
     assert snap.error_type is HostUnreachable and snap.unreachable
     since = snap.unreachable_since()

@@ -23,7 +23,7 @@ from tfctl.remote.errors import GpusBusy, HostUnreachable, RemoteError
 from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
 from tfctl.remote.gpus.nvsmi import GpuSample
 from tfctl.remote.runs.logs import LogBatch
-from tfctl.tui.web import hubwire
+from tfctl.tui.web import hubcalls, hubwire
 from tfctl.tui.web.hub import DashboardHub, HubBusy
 from tfctl.tui.web.hubreads import LogFeed, SharedReads, TelemetryNews, samples_since
 from tfctl.tui.web.hubsources import HubSources, HubTelemetry, connect
@@ -134,7 +134,7 @@ def test_the_log_feed_gives_each_tab_the_lines_it_has_not_had() -> None:
     assert feed.since(None).lines == [("w:0", "b"), ("w:1", "c"), ("w:0", "d")]  # 3 kept
 
 
-class TelemetryHub:
+class TelemetryAnswers:
     """The hub's answer to `telemetry` over a history the test fills (a client of
     `HubTelemetry`)."""
 
@@ -142,7 +142,7 @@ class TelemetryHub:
         self.history = GpuHistory()
         self.asked: list[float | None] = []
 
-    def call(self, name: str, since_s: float | None) -> TelemetryNews:
+    def call(self, call: object, since_s: float | None) -> TelemetryNews:
         self.asked.append(since_s)
         return TelemetryNews({"h1": HostTelemetry("h1", last_sample_at=9.0)},
                              {("h1", "GPU-a"): "worker:0"},
@@ -150,7 +150,7 @@ class TelemetryHub:
 
 
 def test_a_tab_keeps_every_gpu_sample_once() -> None:
-    hub = TelemetryHub()
+    hub = TelemetryAnswers()
     for at in (1.0, 2.0):
         hub.history.record("h1", [GpuSample("GPU-a", 0, utilization_gpu_pct=at),
                                    GpuSample("GPU-b", 1, utilization_gpu_pct=at)], at)
@@ -214,7 +214,7 @@ def test_two_tabs_polling_read_the_hosts_once(
     assert counted["current"] == 1 and counted["host_status"] == 1, counted
     for tab in (first, second):
         (row,) = tab.control.lab()[0].rows  # asked for together: one read for both
-        assert row.error == "no nvidia-smi on the PATH there"
+        assert row.state == "cpu" and row.error is None  # the lab's answer: no GPUs there
     assert counted["lab"] == 1, counted
     first.telemetry.fetch()
     assert first.telemetry.snapshot("a").host == "a"
@@ -242,3 +242,20 @@ def test_one_action_at_a_time_for_every_tab(
     release.set()
     syncing.join(10)
     assert done == [{}]
+
+
+def test_every_call_of_a_tab_is_declared_once_and_answered_by_the_hub(tmp_path: Path) -> None:
+    """The dashboard's `RunControl` over the hub: each member is a call of the table (or the
+    tab's own), each call has one name, and the hub answers each, and only those."""
+    from tfctl.tui.app.sources import RunControl
+
+    members = {name for name, value in vars(RunControl).items()
+               if callable(value) and not name.startswith("_")}
+    names = [call.name for call in hubcalls.CALLS]
+    hub = DashboardHub(load_inventory(local_cluster(tmp_path, {"a": {"gpus": 0}})),
+                       SshOptions(persist_s=0.0))
+
+    assert set(hubcalls.RUN_CONTROL) == members
+    assert {c for c in hubcalls.RUN_CONTROL.values() if c is not None} <= set(hubcalls.CALLS)
+    assert len(set(names)) == len(names) and set(hub.answers) == set(names)
+    assert all(callable(hub.answers[name]) for name in names)

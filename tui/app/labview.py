@@ -29,7 +29,7 @@ def lab_cells(found: HostLab) -> list[tuple[str, ...]]:
     """A host's rows as the table's cells (pure)."""
     out: list[tuple[str, ...]] = []
     for row in found.rows:
-        c = row_cells(row)
+        c = row_cells(row, found.week_shares)
         out.append((row.host, "–" if row.index is None else str(row.index), c["state"],
                     c["who"], c["what"], c["since"], c["util"], c["mem"], c["note"]))
     return out

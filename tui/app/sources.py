@@ -146,8 +146,9 @@ class FindingLike(Protocol):
 
 
 @dataclass(frozen=True)
-class Finding:
-    """A concrete finding, for fakes and for the app's own (unreachable host, failed task)."""
+class AppFinding:
+    """A finding the dashboard makes itself (an unreachable host, a failed task), and the
+    fakes' (`FindingLike`, as `tfctl.remote.gpus.findings.Finding` is)."""
 
     level: FindingLevel
     text: str

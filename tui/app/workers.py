@@ -26,7 +26,7 @@ from tfctl.remote.errors import GpusBusy, RemoteError
 from tfctl.tui.app import messages as msg
 from tfctl.tui.app.model.board import Board
 from tfctl.tui.app.sources import (
-    Finding,
+    AppFinding,
     FindingsSource,
     LogFollowerLike,
     RunControl,
@@ -217,7 +217,7 @@ class Workers:
             try:
                 found = list(source())
             except Exception as exc:
-                found = [Finding("error", f"findings could not be computed: "
+                found = [AppFinding("error", f"findings could not be computed: "
                                           f"{describe_error(exc)}")]
             post(msg.FindingsRead(found))
 

@@ -63,11 +63,14 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         click.echo(render(plan), nl=False)
         return
     with Fleet(plan.inventory, c.ssh_options()) as fleet:
-        plan, placing = _place_free(fleet, plan)
+        plan, placing = _on_free_gpus(fleet, plan)
         reports = run_check(fleet, plan)
+        notebooks = _notebooks(fleet, plan)
     for report in reports:
         if report.host in placing:
             report.add(*placing[report.host])
+        if report.host in notebooks:
+            report.add("info", notebooks[report.host])
     failed = sum(not report.ok for report in reports)
     if as_json:
         print_json({"ok": not failed, "warnings": [*plan.warnings, exposure(plan)], "hosts": [
@@ -83,17 +86,39 @@ def check(ctx: click.Context, verbose: bool, firewall: bool, as_json: bool) -> N
         secho(f"all {len(reports)} hosts ready", fg="green")
 
 
+def _notebooks(fleet: Fleet, plan: Plan) -> dict[str, str]:
+    """Host → what `tfctl notebook` would start there (its `python:`'s Jupyter), or the
+    sentence that says how to install it (an `info`: a run needs no Jupyter)."""
+    from tfctl.inventory.session import install_command
+    from tfctl.remote.session import jupyter_on
+
+    inv = plan.inventory
+    found = fleet.map(lambda t: jupyter_on(t, inv.host(t.host.name).python))
+    said = {}
+    for host, jupyter in found.succeeded.items():
+        if jupyter is None:
+            continue  # no such python: the check's own finding says so
+        python = inv.host(host).python
+        said[host] = (f"notebook: {jupyter.words()} (`tfctl notebook`)" if jupyter.usable else
+                      f"notebook: {jupyter.words()}; `{install_command(python)}` installs "
+                      "what `tfctl notebook` needs")
+    return said
+
+
 def exposure(plan: Plan) -> str:
     """What anyone on the network can reach: TensorFlow's task ports, or rank 0's."""
-    return GROUP_EXPOSURE_WARNING if plan.inventory.job.style == "env" else EXPOSURE_WARNING
+    from tfctl.inventory.frameworks import framework_of
+
+    group = framework_of(plan.inventory.job).one_group
+    return GROUP_EXPOSURE_WARNING if group else EXPOSURE_WARNING
 
 
-def _place_free(fleet: Fleet, plan: Plan) -> tuple[Plan, dict[str, tuple[Level, str]]]:
-    """The plan on the GPUs its `gpus: free` hosts would take now (remote/lab/place.py), and
+def _on_free_gpus(fleet: Fleet, plan: Plan) -> tuple[Plan, dict[str, tuple[Level, str]]]:
+    """The plan on the GPUs its `gpus: free` hosts would take now (remote/lab/freegpus.py), and
     per such host what to say: which it would take, or why it cannot (a failure)."""
     from tfctl.inventory.plan import make_plan
     from tfctl.remote.connect.clusteraddr import cluster_address
-    from tfctl.remote.lab.place import NoFreeGpus, choose, free_hosts, placed, read_free
+    from tfctl.remote.lab.freegpus import NoFreeGpus, choose, free_hosts, read_free, with_gpus
 
     names = free_hosts(plan.inventory)
     if not names:
@@ -109,7 +134,7 @@ def _place_free(fleet: Fleet, plan: Plan) -> tuple[Plan, dict[str, tuple[Level, 
             continue
         chosen[host] = took
         said[host] = ("ok", f"`gpus: free`: up would take GPUs {', '.join(map(str, took))} now")
-    return make_plan(placed(plan.inventory, chosen), reach=cluster_address), said
+    return make_plan(with_gpus(plan.inventory, chosen), reach=cluster_address), said
 
 
 def _print_reports(reports: list[HostReport], verbose: bool, warnings: Sequence[str]) -> None:

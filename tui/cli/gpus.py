@@ -1,7 +1,7 @@
 """`tfctl gpus`: every GPU of every host, which task owns it, and what looks wrong — once or live.
 
-The data comes from `tfctl.remote.gpus.telemetry.TelemetryHub` (one nvidia-smi stream per host), the
-owners from the agents' task pids (`tfctl.remote.gpus.owners`), the warnings from
+The data comes from `tfctl.remote.gpus.telemetry.TelemetryStreams` (one nvidia-smi stream per
+host), the owners from the agents' task pids (`tfctl.remote.gpus.owners`), the warnings from
 `tfctl.remote.gpus.findings`; this module only chooses columns, colours and refresh.
 """
 

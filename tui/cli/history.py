@@ -75,8 +75,12 @@ def runs(ctx: click.Context, as_json: bool) -> None:
 
 def oneoff_words(oneoff: dict[str, Any]) -> str:
     """A one-off run (`tfctl run`) in words: `tfctl run: python train.py --seed 1 · sweep
-    s-20261127-113333-ab12, point 1 of 6: seed=1`."""
-    words = f"tfctl run{' ' + str(oneoff['name']) if oneoff.get('name') else ''}: " \
+    s-20261127-113333-ab12, point 1 of 6: seed=1`; a session (`tfctl notebook`, `tfctl shell`)
+    by its kind: `tfctl notebook: jupyter lab`."""
+    from tfctl.inventory.session import session_of
+
+    kind = session_of(oneoff)
+    words = f"tfctl {kind or 'run'}{' ' + str(oneoff['name']) if oneoff.get('name') else ''}: " \
             f"{oneoff.get('command')}"
     if oneoff.get("sweep"):
         point = " ".join(f"{k}={v}" for k, v in (oneoff.get("point") or {}).items())

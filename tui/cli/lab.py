@@ -55,7 +55,7 @@ def lab_table(hosts: Sequence[HostLab]) -> RenderableType:
                          no_wrap=col in ("host", "gpu", "state", "util", "mem"))
     for found in hosts:
         for row in found.rows:
-            cells = row_cells(row)
+            cells = row_cells(row, found.week_shares)
             table.add_row(row.host, "–" if row.index is None else str(row.index),
                           Text(cells["state"], style=STATE_STYLE[row.state]), cells["who"],
                           cells["what"], cells["since"], cells["util"], cells["mem"],
@@ -68,7 +68,7 @@ def lab_table(hosts: Sequence[HostLab]) -> RenderableType:
 def lab_json(hosts: Sequence[HostLab]) -> list[dict[str, Any]]:
     from tfctl.remote.lab.view import row_json
 
-    return [row_json(row) for found in hosts for row in found.rows]
+    return [row_json(row, found.week_shares) for found in hosts for row in found.rows]
 
 
 @click.group(invoke_without_command=True)
@@ -87,8 +87,9 @@ def lab(ctx: click.Context, as_json: bool, watch_: bool, interval: float,
     A GPU is held by a tfctl run (any user's: user, run, job, since, task) or by any other
     process (user, pid, command, memory, since); reserved by `tfctl reserve` (who, until when,
     note); "idle N min" marks a holder that has kept its GPU under 5 % for --idle-after. A claim
-    whose run's processes are gone is shown as stale, and never obeyed. A run the lab's policy
-    will stop as idle says so ("idle 1:05 — stops at 14:30 by the lab's policy"); `tfctl lab
+    whose run's processes are gone is shown as stale, and never obeyed. Beside each user,
+    their share of the lab's GPU time this week (`tfctl usage`). A run the lab's policy will
+    stop as idle says so ("idle 1:05 — stops at 14:30 by the lab's policy"); `tfctl lab
     policy` shows the policy of each host. One agent request per host.
 
     \b

@@ -142,9 +142,10 @@ def _one_line_errors(as_json: bool) -> Iterator[None]:
               help="Run on these hosts of the inventory only (the plan is made over them).")
 @click.option("--exclude", multiple=True, metavar="HOST[,HOST...]",
               shell_complete=complete_hosts_list, help="Leave these hosts out of this run.")
-@click.option("--on", type=click.Choice(["lab", "slurm"]), default="lab",
-              show_default=True, help="The lab's hosts, or one Slurm job submitted as the "
-              "inventory's `slurm:` says (README: When you outgrow the lab).")
+@click.option("--on", type=click.Choice(["hosts", "slurm", "lab"]), default="hosts",
+              show_default=True, help="The inventory's hosts (`hosts`; `lab` says the same), or "
+              "one Slurm job submitted as the inventory's `slurm:` says (README: When you "
+              "outgrow the lab).")
 @click.option("--when-free", is_flag=True, help="Queue the job instead: it starts by itself "
               "once every GPU its plan needs is free of other holders and reservations, after "
               "the jobs queued before it for them (`tfctl queue`); the wait goes on after this "
@@ -438,7 +439,8 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "idle": {h: dict(v) for h, v in st.idle.items()},
                                "tasks": [_task_json(t, patterns) for t in st.tasks]}, indent=2))
         return
-    click.echo(f"run {st.run_id} (from the {run.source})")
+    kind = next((t.session for t in st.tasks if t.session), "")  # a notebook, a shell
+    click.echo(f"{kind or 'run'} {st.run_id} (from the {run.source})")
     _print_status(st, patterns)
     for t in st.tasks:  # how each failed task ended, in its own words: the error line first
         if t.failed and t.last_lines:

@@ -191,8 +191,7 @@ def plan_table(plan: Plan) -> None:
     inv = plan.inventory
     framework = framework_of(inv.job)
     roles = framework.roles
-    how = f"style {inv.job.style}" if inv.job.framework == "tensorflow" else framework.title
-    out.print(f"[bold]{inv.name}[/] · {how} · {len(inv.hosts)} hosts · "
+    out.print(f"[bold]{inv.name}[/] · {framework.summary(inv.job)} · {len(inv.hosts)} hosts · "
               f"{len(plan.tasks)} tasks")
     for kind in (*roles, *(k for k in plan.cluster if k not in roles)):
         if kind in plan.cluster:

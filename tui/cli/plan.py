@@ -62,7 +62,7 @@ def _free_now(ctx: click.Context, inv: Inventory, free: dict[str, dict[str, Any]
               ) -> Inventory:
     """The inventory on the GPUs its `gpus: free` hosts would take now; `free` filled in."""
     from tfctl.remote.connect.fleet import Fleet
-    from tfctl.remote.lab.place import choose, placed, read_free
+    from tfctl.remote.lab.freegpus import choose, read_free, with_gpus
 
     with Fleet(inv, obj(ctx).ssh_options()) as fleet:
         found = read_free(fleet, list(free))
@@ -76,7 +76,7 @@ def _free_now(ctx: click.Context, inv: Inventory, free: dict[str, dict[str, Any]
                                                f"free: {list(seen.free)}"))
         if took is not None:
             chosen[host] = took
-    return placed(inv, chosen)
+    return with_gpus(inv, chosen)
 
 
 @click.group()

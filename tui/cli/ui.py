@@ -105,8 +105,8 @@ def run_app(controller: RunController, *, gpu_refresh_s: float = 1.0,
     from tfctl.tui.app.factory import make_app
     from tfctl.tui.app.terminate import exit_on_signals
 
-    watch = controller.gpu_watch()  # the hub is the app's TelemetrySource; it starts it
-    app = make_app(controller, watch.hub, owners=watch.owner_of, findings=watch,
+    watch = controller.gpu_watch()  # its streams are the app's TelemetrySource; it starts them
+    app = make_app(controller, watch.streams, owners=watch.owner_of, findings=watch,
                    tunnel=controller.tensorboard_tunnel(), gpu_refresh_s=gpu_refresh_s,
                    task_refresh_s=task_refresh_s, reporter=partial(_report_page, controller),
                    shell=partial(_shell, controller))

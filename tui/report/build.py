@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tfctl.remote.connect.fleet import Fleet
 from tfctl.remote.history.collect import collect, collect_root
 from tfctl.remote.history.cost import RunCost, recording_cost
-from tfctl.remote.history.findings import Finding, Summary, all_findings, summarize
+from tfctl.remote.history.findings import RunFinding, Summary, all_findings, summarize
 from tfctl.remote.history.records import read_run
 from tfctl.tui.report.page import Written, write_report
 
@@ -20,7 +20,7 @@ from tfctl.tui.report.page import Written, write_report
 @dataclass(frozen=True)
 class Built:
     written: Written
-    findings: list[Finding]
+    findings: list[RunFinding]
     summary: Summary
     cost: RunCost
     missing_hosts: dict[str, str]

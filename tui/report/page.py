@@ -15,7 +15,7 @@ from tfctl.remote.history.cost import (
     hours_text,
     recording_cost,
 )
-from tfctl.remote.history.findings import Finding, Summary
+from tfctl.remote.history.findings import RunFinding, Summary
 from tfctl.remote.history.records import RunRecording
 from tfctl.tui.report import figures
 
@@ -26,7 +26,7 @@ class Written:
     pngs: tuple[str, ...]
 
 
-def write_report(record: RunRecording, summary: Summary, findings: list[Finding],
+def write_report(record: RunRecording, summary: Summary, findings: list[RunFinding],
                  out_dir: str, cost: RunCost | None = None) -> Written:
     """The PNGs and report.html into `out_dir` (`cost`: what the GPUs cost, else computed
     from the record)."""
@@ -80,7 +80,7 @@ def cost_rows(cost: RunCost) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def render_html(record: RunRecording, summary: Summary, findings: list[Finding],
+def render_html(record: RunRecording, summary: Summary, findings: list[RunFinding],
                 images: list[tuple[str, str, bytes]], cost: RunCost | None = None) -> str:
     cost = recording_cost(record) if cost is None else cost
     esc = html.escape

@@ -35,23 +35,30 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tfctl.remote.errors import HostUnreachable
 from tfctl.remote.gpus.owners import owner_lookup
-from tfctl.tui.web import hubwire
+from tfctl.tui.web import hubcalls, hubwire
+from tfctl.tui.web.hubcalls import Hello, answering
 from tfctl.tui.web.hubreads import LogFeed, LogNews, SharedReads, TelemetryNews, samples_since
 from tfctl.tui.web.hubwire import CALL, EVENT, RAISED, RESULT
 
 if TYPE_CHECKING:
     from tfctl.inventory.model import Inventory
-    from tfctl.inventory.plan import Plan
     from tfctl.remote.connect.transport import SshOptions
-    from tfctl.remote.controller import RunController
+    from tfctl.remote.controller import DownSummary, RunController, UpOptions
+    from tfctl.remote.gpus.findings import Finding
+    from tfctl.remote.history.listing import RunSummary
+    from tfctl.remote.lab.view import HostLab
+    from tfctl.remote.runs.current import CurrentRun
+    from tfctl.remote.runs.relaunch import RestartResult
+    from tfctl.remote.runs.status import RunStatus, TaskStatus
+    from tfctl.remote.sync.result import SyncResult
 
 T = TypeVar("T")
 
@@ -67,17 +74,6 @@ of the host: the run's own poll finds it)."""
 LINGER_S = 30.0
 """How long the sources stay up after the last tab's last call."""
 Reporter = Callable[["RunController", str], str]
-
-
-@dataclass(frozen=True)
-class Hello:
-    """What a tab's dashboard is built from: the inventory and plan it shows, and what it may
-    offer (`t`: a TensorBoard tunnel; `h`, Enter: a report)."""
-
-    inventory: Inventory
-    plan: Plan
-    tunnel: bool
-    reports: bool
 
 
 class HubBusy(RuntimeError):
@@ -233,6 +229,26 @@ class DashboardHub:
         self._act_lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._closed = threading.Event()
+        self.answers = dict((
+            answering(hubcalls.HELLO, self.call_hello),
+            answering(hubcalls.CURRENT, self.call_current),
+            answering(hubcalls.HOST_STATUS, self.call_host_status),
+            answering(hubcalls.FINDINGS, self.call_findings),
+            answering(hubcalls.LOGS, self.call_logs),
+            answering(hubcalls.TELEMETRY, self.call_telemetry),
+            answering(hubcalls.STATUS, self.call_status),
+            answering(hubcalls.RUNS, self.call_runs),
+            answering(hubcalls.LAB, self.call_lab),
+            answering(hubcalls.REPORT, self.call_report),
+            answering(hubcalls.TUNNEL_OPEN, self.call_tunnel_open),
+            answering(hubcalls.TUNNEL_CLOSE, self.call_tunnel_close),
+            answering(hubcalls.UP, self.call_up),
+            answering(hubcalls.DOWN, self.call_down),
+            answering(hubcalls.SYNC, self.call_sync),
+            answering(hubcalls.RESTART_TASK, self.call_restart_task),
+            answering(hubcalls.RESTART, self.call_restart),
+        ))
+        """Each call of hubcalls.py by its name on the wire, with the handler that answers it."""
 
     # -- the process side ----------------------------------------------------------------------
     def listen(self) -> Path:
@@ -309,7 +325,7 @@ class DashboardHub:
 
         try:
             kind, (name, args, kwargs) = hubwire.receive(conn)
-            method = getattr(self, f"call_{name}", None)
+            method = self.answers.get(name)
             if kind != CALL or method is None:
                 return
             caller = _Caller(hubwire.peer_pid(conn), lambda text: answer(EVENT, text))
@@ -331,21 +347,23 @@ class DashboardHub:
         finally:
             conn.close()
 
-    # -- the calls (`call_NAME`, what hubsources.py asks for) ----------------------------------
+    # -- the calls (hubcalls.py: what hubsources.py asks for, `answers` says which answers) ---
     def call_hello(self, live: _Live, caller: _Caller) -> Hello:
         c = live.controller
         return Hello(c.inventory, c.plan, live.tunnel is not None, self.report is not None)
 
     # The polls' reads: the hub keeps them fresh (`_Polls`); `refresh` asks for the run the
     # tab's workers look for every RUN_RECHECK_S, which the hub's own poll reads as often.
-    def call_current(self, live: _Live, caller: _Caller, refresh: bool = False) -> Any:
+    def call_current(self, live: _Live, caller: _Caller, refresh: bool = False
+                     ) -> CurrentRun | None:
         return live.reads.latest("current", lambda: live.controller.current(refresh=True))
 
-    def call_host_status(self, live: _Live, caller: _Caller, host: str) -> Any:
+    def call_host_status(self, live: _Live, caller: _Caller, host: str
+                         ) -> tuple[TaskStatus, ...]:
         return live.reads.latest(("host_status", host),
                                  lambda: live.controller.host_status(host))
 
-    def call_findings(self, live: _Live, caller: _Caller) -> Any:
+    def call_findings(self, live: _Live, caller: _Caller) -> Sequence[Finding]:
         return live.reads.latest("findings", live.watch)
 
     def call_logs(self, live: _Live, caller: _Caller, run_id: str, cursor: int | None
@@ -356,13 +374,13 @@ class DashboardHub:
         return feed.since(cursor)
 
     # What a user asks for: read when asked, shared by the tabs asking together.
-    def call_status(self, live: _Live, caller: _Caller) -> Any:
+    def call_status(self, live: _Live, caller: _Caller) -> RunStatus | None:
         return live.reads.fresh("status", self.asked_fresh_s, live.controller.status)
 
-    def call_runs(self, live: _Live, caller: _Caller) -> Any:
+    def call_runs(self, live: _Live, caller: _Caller) -> Sequence[RunSummary]:
         return live.reads.fresh("runs", self.asked_fresh_s, live.controller.runs)
 
-    def call_lab(self, live: _Live, caller: _Caller) -> Any:
+    def call_lab(self, live: _Live, caller: _Caller) -> Sequence[HostLab]:
         return live.reads.fresh("lab", self.asked_fresh_s, live.controller.lab)
 
     def call_telemetry(self, live: _Live, caller: _Caller, since_s: float | None
@@ -374,7 +392,7 @@ class DashboardHub:
         label = owner_lookup(watch.owners(snapshots))
         owners = {(host, gpu.uuid): label(host, gpu.uuid)
                   for host, snap in snapshots.items() for gpu in snap.gpus}
-        return TelemetryNews(snapshots, owners, samples_since(watch.hub.history, since_s))
+        return TelemetryNews(snapshots, owners, samples_since(watch.streams.history, since_s))
 
     def call_report(self, live: _Live, caller: _Caller, run_id: str) -> str:
         if self.report is None:
@@ -410,18 +428,18 @@ class DashboardHub:
             with self._act_lock:
                 self._acting = None
 
-    def call_up(self, live: _Live, caller: _Caller, options: Any) -> str:
+    def call_up(self, live: _Live, caller: _Caller, options: UpOptions) -> str:
         return self._act(live, "up", lambda: live.controller.up(options, caller.say))
 
-    def call_down(self, live: _Live, caller: _Caller, grace_s: float) -> Any:
+    def call_down(self, live: _Live, caller: _Caller, grace_s: float) -> DownSummary:
         return self._act(live, "down", lambda: live.controller.down(grace_s))
 
-    def call_sync(self, live: _Live, caller: _Caller) -> Any:
+    def call_sync(self, live: _Live, caller: _Caller) -> Mapping[str, SyncResult]:
         return self._act(live, "sync", live.controller.sync)
 
     def call_restart_task(self, live: _Live, caller: _Caller, task: str) -> None:
         self._act(live, "restart", lambda: live.controller.restart_task(task))
 
     def call_restart(self, live: _Live, caller: _Caller, target: str,
-                     wait_s: float | None) -> Any:
+                     wait_s: float | None) -> RestartResult:
         return self._act(live, "restart", lambda: live.controller.restart(target, wait_s))

@@ -21,11 +21,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from tfctl.remote.gpus.lastseen import GpuHistory, HostTelemetry
 from tfctl.remote.runs.logs import LogBatch
-from tfctl.tui.web import hubwire
+from tfctl.tui.web import hubcalls, hubwire
+from tfctl.tui.web.hubcalls import HubCall
 from tfctl.tui.web.hubwire import CALL, EVENT, RAISED, RESULT
 
 if TYPE_CHECKING:
@@ -39,8 +40,10 @@ if TYPE_CHECKING:
     from tfctl.remote.runs.relaunch import RestartResult
     from tfctl.remote.runs.status import RunStatus, TaskStatus
     from tfctl.remote.sync.result import SyncResult
-    from tfctl.tui.web.hub import Hello
-    from tfctl.tui.web.hubreads import LogNews, TelemetryNews
+    from tfctl.tui.web.hubcalls import Hello
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class HubClient:
@@ -49,12 +52,22 @@ class HubClient:
     def __init__(self, path: str | Path) -> None:
         self.path = path
 
-    def call(self, name: str, *args: Any, on_event: Callable[[str], None] | None = None
-             ) -> Any:
-        """The hub's answer to `call_NAME(*args)`, or what it raised; `on_event` hears the lines
-        it tells on the way (`up`). `HubGone` when the server has ended."""
+    def call(self, call: HubCall[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """The hub's answer to `call` (hubcalls.py), or what it raised. `HubGone` when the
+        server has ended."""
+        answer: R = self._ask(call.name, args, kwargs, None)
+        return answer
+
+    def telling(self, on_event: Callable[[str], None], call: HubCall[P, R], *args: P.args,
+                **kwargs: P.kwargs) -> R:
+        """`call`, with `on_event` hearing the lines the hub tells on the way (`up`)."""
+        answer: R = self._ask(call.name, args, kwargs, on_event)
+        return answer
+
+    def _ask(self, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+             on_event: Callable[[str], None] | None) -> Any:
         with hubwire.dial(self.path) as sock:
-            hubwire.send(sock, CALL, (name, args, {}))
+            hubwire.send(sock, CALL, (name, args, dict(kwargs)))
             while True:
                 try:
                     kind, value = hubwire.receive(sock)
@@ -84,7 +97,7 @@ class HubLogFollower:
         self.cursor: int | None = None
 
     def poll(self, tail_lines: int | None = None) -> LogBatch:
-        news: LogNews = self.client.call("logs", self.run_id, self.cursor)
+        news = self.client.call(hubcalls.LOGS, self.run_id, self.cursor)
         self.cursor = news.cursor
         lines = [(t, line) for t, line in news.lines if self.tasks is None or t in self.tasks]
         return LogBatch(lines, dict(news.errors))
@@ -99,16 +112,13 @@ class HubControl:
         self.plan: Plan = hello.plan
 
     def current(self, refresh: bool = False) -> CurrentRun | None:
-        found: CurrentRun | None = self.client.call("current", refresh)
-        return found
+        return self.client.call(hubcalls.CURRENT, refresh)
 
     def status(self) -> RunStatus | None:
-        found: RunStatus | None = self.client.call("status")
-        return found
+        return self.client.call(hubcalls.STATUS)
 
     def host_status(self, host: str) -> tuple[TaskStatus, ...]:
-        found: tuple[TaskStatus, ...] = self.client.call("host_status", host)
-        return found
+        return self.client.call(hubcalls.HOST_STATUS, host)
 
     def log_follower(self, tasks: set[str] | None = None) -> HubLogFollower | None:
         run = self.current()
@@ -117,42 +127,34 @@ class HubControl:
         return HubLogFollower(self.client, run.run_id, list(run.hosts), tasks)
 
     def sync(self) -> Mapping[str, SyncResult]:
-        found: Mapping[str, SyncResult] = self.client.call("sync")
-        return found
+        return self.client.call(hubcalls.SYNC)
 
     def up(self, options: UpOptions, on_event: Callable[[str], None]) -> str:
-        run_id: str = self.client.call("up", options, on_event=on_event)
-        return run_id
+        return self.client.telling(on_event, hubcalls.UP, options)
 
     def down(self, grace_s: float = 10.0) -> DownSummary:
-        found: DownSummary = self.client.call("down", grace_s)
-        return found
+        return self.client.call(hubcalls.DOWN, grace_s)
 
     def restart_task(self, task: str) -> None:
-        self.client.call("restart_task", task)
+        self.client.call(hubcalls.RESTART_TASK, task)
 
     def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
-        found: RestartResult = self.client.call("restart", target, wait_s)
-        return found
+        return self.client.call(hubcalls.RESTART, target, wait_s)
 
     def runs(self) -> Sequence[RunSummary]:
-        found: Sequence[RunSummary] = self.client.call("runs")
-        return found
+        return self.client.call(hubcalls.RUNS)
 
     def lab(self) -> Sequence[HostLab]:
-        found: Sequence[HostLab] = self.client.call("lab")
-        return found
+        return self.client.call(hubcalls.LAB)
 
-    def findings(self) -> list[Finding]:
+    def findings(self) -> Sequence[Finding]:
         """`FindingsSource`: the hub's findings (its watch refreshes the owners for them)."""
-        found: list[Finding] = self.client.call("findings")
-        return found
+        return self.client.call(hubcalls.FINDINGS)
 
     def report(self, run_id: str) -> str:
         """The report page the hub wrote for `run_id` (this machine's file: the tab's process
         sends it to the browser)."""
-        page: str = self.client.call("report", run_id)
-        return page
+        return self.client.call(hubcalls.REPORT, run_id)
 
     def close(self) -> None:
         """Nothing to close: the connections are the hub's."""
@@ -194,7 +196,7 @@ class HubTelemetry:
 
     def fetch(self) -> None:
         """One look at the hub's GPUs: the snapshots, the owners, the samples not yet kept."""
-        news: TelemetryNews = self.client.call("telemetry", self._since_s)
+        news = self.client.call(hubcalls.TELEMETRY, self._since_s)
         history = self._history
         for host, timed in news.samples:
             last = history.latest(host, timed.sample.uuid)
@@ -220,11 +222,11 @@ class HubTunnel:
         self._note: str | None = None
 
     def open(self) -> str:
-        url, self._note = self.client.call("tunnel_open")
+        url, self._note = self.client.call(hubcalls.TUNNEL_OPEN)
         return str(url)
 
     def close(self) -> None:
-        self.client.call("tunnel_close")
+        self.client.call(hubcalls.TUNNEL_CLOSE)
 
     @property
     def port_note(self) -> str | None:
@@ -244,7 +246,7 @@ class HubSources:
 def connect(path: str | Path, gpu_refresh_s: float) -> HubSources:
     """The hub's sources for one tab; `HubGone` when the server has ended."""
     client = HubClient(path)
-    hello: Hello = client.call("hello")
+    hello = client.call(hubcalls.HELLO)
     return HubSources(HubControl(client, hello),
                       HubTelemetry(client, max(0.1, gpu_refresh_s / 2)),
                       HubTunnel(client) if hello.tunnel else None, hello.reports)

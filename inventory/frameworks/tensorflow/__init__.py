@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfctl.inventory.frameworks.interface import Cluster, Finding, Handed, Hint, Level
+from tfctl.inventory.frameworks.interface import Cluster, Handed, Hint, JobKeys, Level, Refusal
 from tfctl.inventory.frameworks.tensorflow import cluster as tf_cluster
 from tfctl.inventory.frameworks.tensorflow import rules
 from tfctl.inventory.model import Inventory, Job, WorkerLayout
 from tfctl.inventory.tasks import Place, TaskType
 
 if TYPE_CHECKING:
+    from tfctl.inventory.errors import ErrorFactory
+    from tfctl.inventory.schema import HostSpec, JobSpec
     from tfctl.inventory.tasks import Plan
 
 
@@ -31,12 +33,33 @@ class TensorFlow:
     layouts: tuple[WorkerLayout, ...] = ("per_gpu", "per_host")
     asks_host: tuple[str, ...] = ("tensorflow",)
     shown_env: tuple[str, ...] = ()
+    one_group: bool = False
 
     @property
     def hints(self) -> tuple[Hint, ...]:
         from tfctl.inventory.frameworks.tensorflow.host import HINTS  # (its regexes: not for plan)
 
         return HINTS
+
+    def resolve_job(self, job: JobSpec, error: ErrorFactory) -> JobKeys:
+        from tfctl.inventory.frameworks.tensorflow import strategy  # (the loader's only)
+
+        style = strategy.resolve_style(job, error)
+        strategy.check_chief(job, error)
+        return JobKeys(style, strategy.resolve_workers(job, error),
+                       strategy.resolve_ports(job, error),
+                       together=job.strategy == "multi_worker_mirrored")
+
+    def host_ps(self, i: int, host: HostSpec, job: JobSpec | None,
+                error: ErrorFactory) -> int:
+        from tfctl.inventory.frameworks.tensorflow import strategy
+
+        name = job.strategy if job is not None else None
+        strategy.check_host(i, host, name, error)
+        return strategy.host_ps(i, host, name, error)
+
+    def summary(self, job: Job) -> str:
+        return f"style {job.style}"
 
     def base_env(self, job: Job) -> dict[str, str]:
         return tf_cluster.base_env(job)
@@ -50,7 +73,7 @@ class TensorFlow:
     def hand(self, job: Job, place: Place, cluster: Cluster) -> Handed:
         return tf_cluster.hand(job, place, cluster)
 
-    def refusals(self, plan: Plan) -> list[Finding]:
+    def refusals(self, plan: Plan) -> list[Refusal]:
         return rules.refusals(plan)
 
     def warnings(self, plan: Plan) -> tuple[str, ...]:
@@ -61,8 +84,8 @@ class TensorFlow:
 
         return judge_install(probe)
 
-    def judge_host(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
-                   job: Job) -> list[tuple[Level, str]]:
+    def judge_import(self, probe: Mapping[str, Any], wanted: tuple[int, ...],
+                     job: Job) -> list[tuple[Level, str]]:
         from tfctl.inventory.frameworks.tensorflow.host import judge_tensorflow
 
         return judge_tensorflow(probe.get("tensorflow"), wanted, job.keras)

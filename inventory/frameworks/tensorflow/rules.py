@@ -1,7 +1,7 @@
 """TensorFlow's rules for each `job.strategy`, checked on the finished plan.
 
 A refusal is a mistake TensorFlow would make you find at run time, on every host at once: an
-exception in each task's log, or worse a job that hangs or never ends. Each `Finding` says what
+exception in each task's log, or worse a job that hangs or never ends. Each `Refusal` says what
 TensorFlow does, and what to write instead; the loader turns the first one into a located
 `InventoryError` (exit 2, through `inventory/rules.py`). A warning is a plan that runs but
 wastes the lab; `make_plan` puts the warnings on `Plan.warnings`, which `tfctl plan` prints.
@@ -19,17 +19,17 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tfctl.inventory.frameworks.interface import Finding
+from tfctl.inventory.frameworks.interface import Refusal
 
 if TYPE_CHECKING:  # (yamlmarks would import PyYAML, which a cached inventory's plan never needs)
     from tfctl.inventory.tasks import Plan, Task
     from tfctl.inventory.yamlmarks import PathKey
 
 
-Rule = Callable[["Plan"], "Finding | None"]
+Rule = Callable[["Plan"], "Refusal | None"]
 
 
-def refusals(plan: Plan) -> list[Finding]:
+def refusals(plan: Plan) -> list[Refusal]:
     """Every rule the plan's strategy breaks, in the order a reader should fix them."""
     found = (rule(plan) for rule in _RULES.get(plan.inventory.job.strategy or "", ()))
     return [f for f in found if f is not None]
@@ -47,11 +47,11 @@ def warnings(plan: Plan) -> tuple[str, ...]:
 # ---------------------------------------------------------------- refusals
 
 
-def needs_chief(plan: Plan) -> Finding | None:
+def needs_chief(plan: Plan) -> Refusal | None:
     """ParameterServerStrategy is driven by its coordinator, TF's task type `chief`."""
     if plan.inventory.job.chief is not None:
         return None
-    return Finding(
+    return Refusal(
         (("job", "chief"), ("job", "strategy")),
         "strategy parameter_server needs a chief: the coordinator (TensorFlow task type "
         "`chief`) creates the variables and dispatches every step, while the ps and workers "
@@ -59,7 +59,7 @@ def needs_chief(plan: Plan) -> Finding | None:
         "add `chief: true` (on the first host) or `chief: <host name>`")
 
 
-def needs_ps(plan: Plan) -> Finding | None:
+def needs_ps(plan: Plan) -> Refusal | None:
     """parameter_server: TF raises "There must be at least one ps."; flags: with no ps job,
     replica_device_setter places nothing remotely and each worker trains a model of its own."""
     if any(t.type == "ps" for t in plan.tasks):
@@ -69,13 +69,13 @@ def needs_ps(plan: Plan) -> Finding | None:
            else "between-graph workers share variables only through the ps: with none, each "
                 "worker trains a model of its own")
     keys = tuple(("hosts", i, "ps") for i in range(len(plan.inventory.hosts)))
-    return Finding((*keys, ("hosts",), ("hostfile",)),
+    return Refusal((*keys, ("hosts",), ("hostfile",)),
                    f"strategy {strategy} needs at least one parameter server, but every host has "
                    f"`ps: 0` ({why})",
                    "set `ps: 1` on one host (its parameter servers run on the CPU)")
 
 
-def same_worker_devices(plan: Plan) -> Finding | None:
+def same_worker_devices(plan: Plan) -> Refusal | None:
     """MultiWorkerMirroredStrategy: every training task (workers and the chief) must bring the
     same devices, or the collective all-reduce spans device sets that do not match."""
     trainers = [t for t in plan.tasks if t.type in ("worker", "chief")]
@@ -88,23 +88,23 @@ def same_worker_devices(plan: Plan) -> Finding | None:
                f"has {_devices(n_ref)} (TensorFlow: \"All workers need to use the same number of "
                "devices, otherwise the behavior is undefined\": its all-reduce spans them all)")
     if n_odd and n_ref:
-        return Finding(_layout_keys(plan, odd.host), message, _EQUAL_GPUS_HINT)
+        return Refusal(_layout_keys(plan, odd.host), message, _EQUAL_GPUS_HINT)
     if not n_odd:
         hint = (f"give {odd.host} GPUs, or take it out of `hosts:` (or set `gpus: 0` on every "
                 "host to train on CPUs only)")
     else:
         hint = f"set `gpus: 0` on {odd.host} to train on CPUs like the others, or give all GPUs"
-    return Finding(_host_keys(plan, odd.host), message, hint)
+    return Refusal(_host_keys(plan, odd.host), message, hint)
 
 
-def same_ps_worker_gpus(plan: Plan) -> Finding | None:
+def same_ps_worker_gpus(plan: Plan) -> Refusal | None:
     """ParameterServerStrategy counts the GPUs of each worker that has any and raises
     "Mismatched number of GPUs per worker" unless they are equal."""
     with_gpus = [t for t in plan.tasks if t.type == "worker" and gpu_count(t)]
     odd, ref = _odd_one(with_gpus)
     if odd is None or ref is None:
         return None
-    return Finding(
+    return Refusal(
         _layout_keys(plan, odd.host),
         f"strategy parameter_server needs the same number of GPUs on every worker, but "
         f"{odd.name} on {odd.host} has {_devices(gpu_count(odd))} and {ref.name} on {ref.host} "

@@ -11,7 +11,7 @@ default changed, no key forbidden.
 from __future__ import annotations
 
 from tfctl.inventory import model, schema
-from tfctl.inventory.checks import ErrorFactory
+from tfctl.inventory.errors import ErrorFactory
 
 # Strategies whose variables live on the workers: no parameter server by default, none allowed.
 NO_PS = ("multi_worker_mirrored", "mirrored")

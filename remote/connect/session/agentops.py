@@ -67,6 +67,8 @@ from tfctl.remote.agent.vocab import (
     UpCheckRequest,
     UpGo,
     UpGoRequest,
+    UsageAnswer,
+    UsageRequest,
     WaitPortsAnswer,
     WaitPortsRequest,
 )
@@ -80,7 +82,7 @@ __all__ = ["ClaimsAnswer", "ConnectResult", "FinishAnswer", "GpuState", "LaunchA
            "ListenAnswer", "LogChunk", "PortState", "ProbeAnswer", "PutAnswer", "ReleaseAnswer",
            "ReserveAnswer", "RestartLostAnswer", "RunRecord", "StartState", "StatusAnswer",
            "StopAnswer", "SyncDiff", "TaskPid", "TaskRecord", "TicketDropAnswer",
-           "TicketPutAnswer", "UpCheck", "UpGo"]
+           "TicketPutAnswer", "UpCheck", "UpGo", "UsageAnswer"]
 
 
 def _call(t: Transport, op: str, request: Wire, timeout_s: float | None = 60.0) -> Any:
@@ -258,6 +260,12 @@ def lab_policy(t: Transport) -> LabPolicy:
     """The lab policy in force on the host, or why its file is ignored (op `lab_policy`,
     remote/agent/policy.py)."""
     return LabPolicy.from_wire(_call(t, "lab_policy", LabPolicyRequest()))
+
+
+def usage(t: Transport, since_s: float) -> UsageAnswer:
+    """What the host's GPUs were used for since `since_s`, every user's (op `usage`,
+    remote/agent/ledger.py): a row per user, run or process, GPU and hour."""
+    return UsageAnswer.from_wire(_call(t, "usage", UsageRequest(since_s), timeout_s=90))
 
 
 def claims(t: Transport) -> ClaimsAnswer:

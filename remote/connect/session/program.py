@@ -19,9 +19,8 @@ AGENT_FILES = ("wire.py", "wirerecord.py", "vocab.py", "proc.py", "jsonfile.py",
                "tasklog.py", "detach.py", "netroute.py", "supervisor.py", "state.py", "sync.py",
                "wait.py", "tfprobe.py", "fwprobe.py", "freeports.py", "notify.py", "nvfields.py",
                "speed.py", "disk.py", "record.py", "claims.py", "recentuse.py", "policy.py",
-               "energy.py",
-               "idlewatch.py", "watch.py", "hostops.py", "runops.py", "up.py", "boot.py",
-               "lost.py", "lab.py", "tickets.py", "optable.py")
+               "energy.py", "ledger.py", "activity.py", "idlewatch.py", "watch.py", "hostops.py",
+               "runops.py", "up.py", "boot.py", "lost.py", "lab.py", "tickets.py", "optable.py")
 """The agent's files in the order they are joined: a file's top-level names (a record's base
 class, a default value, a module constant) are defined before a file that uses them at import
 time; names a function reads are found when it runs."""

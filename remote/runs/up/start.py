@@ -83,7 +83,7 @@ def start_tasks(fleet: Fleet, plan: Plan, run_id: str, say: Say, ps_first: bool,
     read = fleet.map(lambda t: agentops.status(t, t.host.workdir, run_id, tail=1), missing)
     found = {h: a for h, a in answers.items() if a is not None}
     found.update(read.succeeded)
-    return status_from(fleet.inventory.job.style, run_id, found,
+    return status_from(fleet.inventory.job, run_id, found,
                        {h: str(e) for h, e in read.failed.items()}, asked_at)
 
 

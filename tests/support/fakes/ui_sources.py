@@ -30,7 +30,7 @@ from tfctl.remote.runs.logs import LogBatch
 from tfctl.remote.runs.relaunch import RestartResult
 from tfctl.remote.runs.status import RunStatus, TaskStatus
 from tfctl.remote.sync.result import SyncResult
-from tfctl.tui.app.sources import Finding
+from tfctl.tui.app.sources import AppFinding
 
 RUN_ID = "2026-11-22-0931"
 # 2026-11-22 09:42:10 UTC: snapshot tests run with TZ=UTC, so "since 09:42:10" is stable.
@@ -111,11 +111,11 @@ LAB_LOG_LINES = [
 ]
 
 LAB_FINDINGS = [
-    Finding("warning", "titan GPU 2 idle while its peers are busy: worker:2 exited 1 (out of "
+    AppFinding("warning", "titan GPU 2 idle while its peers are busy: worker:2 exited 1 (out of "
             "memory), restart limit reached", "titan", 2),
-    Finding("warning", "worker:4 is 2.2× slower than its peers (GTX 970): the synchronous step "
+    AppFinding("warning", "worker:4 is 2.2× slower than its peers (GTX 970): the synchronous step "
             "waits for it", "gtx970", 0, task="worker:4"),
-    Finding("error", "old-box unreachable: its tasks are not counted", "old-box"),
+    AppFinding("error", "old-box unreachable: its tasks are not counted", "old-box"),
 ]
 
 
@@ -378,5 +378,5 @@ class FakeTunnel:
         self.calls.append("close")
 
 
-def lab_findings() -> list[Finding]:
+def lab_findings() -> list[AppFinding]:
     return list(LAB_FINDINGS)

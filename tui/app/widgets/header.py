@@ -11,7 +11,7 @@ from tfctl.inventory.frameworks import framework_of
 from tfctl.tui.app.model import cells
 from tfctl.tui.app.model.board import DOWN, Board
 from tfctl.tui.app.model.hostlines import HostLine
-from tfctl.tui.app.sources import Finding, FindingLike
+from tfctl.tui.app.sources import AppFinding, FindingLike
 
 
 @dataclass(frozen=True)
@@ -64,27 +64,27 @@ def _run_state(board: Board, now_s: float) -> Text:
 
 
 def builtin_findings(board: Board, quiet: Mapping[str, tuple[str, str]] | None = None
-                     ) -> list[Finding]:
+                     ) -> list[AppFinding]:
     """What the app knows from its own polls: hosts cut off or not answering, and tasks that
     failed. `quiet` (host → words, level) is `hostlines.not_answering` of each host, what the
     Hosts pane says of it, so the two panes agree."""
-    found: list[Finding] = []
+    found: list[AppFinding] = []
     for host in board.unreachable_hosts():
         link = board.link(host)
         since = f" since {cells.clock_hms(link.bad_since_s)}" if link.bad_since_s else ""
-        found.append(Finding("error", f"{host} unreachable{since} ({link.error}): its tasks "
+        found.append(AppFinding("error", f"{host} unreachable{since} ({link.error}): its tasks "
                                       "are unknown and not counted", host))
     for host, (words, level) in (quiet or {}).items():
         if host in board.unreachable_hosts():
             continue  # said above, with the poll's own error
         known = "its tasks are as last read" if board.link(host).tasks else \
             "its tasks are not known yet"
-        found.append(Finding("error" if level == DOWN else "warning",
+        found.append(AppFinding("error" if level == DOWN else "warning",
                              f"{host} {words}: {known}", host))
     for task in board.tasks():
         if task.failed:
             last = f": {task.last_line}" if task.last_line else ""
-            found.append(Finding("warning", f"{task.name} on {task.host} "
+            found.append(AppFinding("warning", f"{task.name} on {task.host} "
                                             f"{task.describe()}{last}", task.host,
                                  task=task.name))
     return found
@@ -101,7 +101,7 @@ def no_findings_text(board: Board, quiet: Mapping[str, tuple[str, str]]) -> str:
     return "no findings: every host answers"
 
 
-def merge_findings(injected: Sequence[FindingLike], own: Sequence[Finding]
+def merge_findings(injected: Sequence[FindingLike], own: Sequence[AppFinding]
                    ) -> tuple[FindingLike, ...]:
     """The injected findings, then the app's own that say something new: a failed task no
     injected finding names, an unreachable host no injected error is about."""

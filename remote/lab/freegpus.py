@@ -24,7 +24,7 @@ from tfctl.remote.lab.view import HostLab, LabRow, host_lab
 
 @dataclass(frozen=True)
 class HostFree:
-    """One host's GPUs as placement sees them."""
+    """One host's GPUs as the choice of free ones sees them."""
 
     host: str
     free: tuple[int, ...] = ()
@@ -89,7 +89,7 @@ def choose(wanted: FreeGpus, found: HostFree) -> tuple[int, ...] | None:
     return found.free[:wanted.count] if len(found.free) >= wanted.count else None
 
 
-def placed(inv: Inventory, chosen: Mapping[str, Sequence[int]]) -> Inventory:
+def with_gpus(inv: Inventory, chosen: Mapping[str, Sequence[int]]) -> Inventory:
     """`inv` with each of `chosen`'s hosts on the GPUs taken for it (no longer `free`)."""
     hosts = tuple(dataclasses.replace(h, gpus=tuple(chosen[h.name]), free_gpus=None)
                   if h.name in chosen else h for h in inv.hosts)
@@ -112,7 +112,7 @@ def read_free(fleet: Fleet, hosts: Sequence[str]) -> dict[str, HostFree]:
     return out
 
 
-def place_free(fleet: Fleet, inv: Inventory, say: Callable[[str], None] | None = None
+def take_free_gpus(fleet: Fleet, inv: Inventory, say: Callable[[str], None] | None = None
                ) -> tuple[Inventory, dict[str, tuple[int, ...]]]:
     """`inv` with its `gpus: free` hosts on the GPUs free now, and those GPUs; NoFreeGpus for
     the first host without enough."""
@@ -131,4 +131,4 @@ def place_free(fleet: Fleet, inv: Inventory, say: Callable[[str], None] | None =
     if say is not None:
         say("free GPUs taken: " + "; ".join(f"{h}: {', '.join(map(str, g))}"
                                             for h, g in chosen.items()))
-    return placed(inv, chosen), chosen
+    return with_gpus(inv, chosen), chosen
