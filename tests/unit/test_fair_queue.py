@@ -25,7 +25,7 @@ from tfctl.remote.agent.policy import (
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.vocab import ClaimsAnswer, HostUser, UpCheck
 from tfctl.remote.errors import OverLimit
-from tfctl.remote.lab.place import HostFree
+from tfctl.remote.lab.freegpus import HostFree
 from tfctl.remote.queue.points import place_points
 from tfctl.remote.queue.tickets import Ticket, Want
 from tfctl.remote.queue.turn import Hold, HostView, host_turn, line_of, queue_key, usable
