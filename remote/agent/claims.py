@@ -378,18 +378,15 @@ def read_claims(folder: str | None = None, now_s: float | None = None
 # ---------------------------------------------------------------- writing and removing our own
 
 def write_claim(kind: str, ident: str, record: dict[str, Any],
-                folder: str | None = None, check: bool = True) -> str:
-    """Write (or replace) our claim atomically; its path. OSError/ValueError when it cannot.
-    `check`: it must read back as a claim (False for the other records kept beside the claims,
-    recentuse.py's use records)."""
+                folder: str | None = None) -> str:
+    """Write (or replace) our claim atomically; its path. OSError/ValueError when it cannot."""
     folder = folder or claims_dir()
     problem = ensure_folder(folder)
     if problem:
         raise ValueError(problem)
     me = user_name(os.getuid()) or str(os.getuid())
     body = dict(record, format=CLAIM_FORMAT, kind=kind, user=me)
-    if check:
-        parse_claim(json_loads(json_dumps(body)))  # what we write, others must be able to read
+    parse_claim(json_loads(json_dumps(body)))  # what we write, others must be able to read
     path = os.path.join(folder, claim_file_name(me, kind, ident))
     tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -13,14 +13,13 @@ import os
 from typing import Any
 
 from tfctl.remote.agent.boot import boot_id
-from tfctl.remote.agent.claims import claim_run
+from tfctl.remote.agent.claims import claim_run, release_run
 from tfctl.remote.agent.disk import records_state
 from tfctl.remote.agent.energy import energy_of_run
 from tfctl.remote.agent.hostops import hostname
 from tfctl.remote.agent.idlewatch import IDLE_FILE
 from tfctl.remote.agent.jsonfile import now, read_json, write_json
 from tfctl.remote.agent.policy import session_kind
-from tfctl.remote.agent.recentuse import release_run_counted
 from tfctl.remote.agent.rundir import (
     expand,
     load_manifest,
@@ -147,7 +146,7 @@ def op_stop(req: StopRequest) -> StopAnswer:
             return StopAnswer()
     answer = StopAnswer.from_wire(stop_tasks(run_dir, run_id, names, req.grace_s))
     if names is None:  # the whole run stopped here: its claim goes (claims.py)
-        release_run_counted(run_id)
+        release_run(run_id)
     return answer
 
 
@@ -156,7 +155,7 @@ def op_finish(req: FinishRequest) -> FinishAnswer:
     load_manifest(run_dir)
     record = FinishAnswer(req.status, now())
     write_json(os.path.join(run_dir, "finished.json"), record.to_wire())
-    release_run_counted(str(req.run_id))
+    release_run(str(req.run_id))
     return record
 
 

@@ -50,13 +50,13 @@ from typing import Any
 
 from tfctl.remote.agent.activity import start_activity
 from tfctl.remote.agent.boot import boot_record, from_other_boot
+from tfctl.remote.agent.claims import release_run
 from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.idlewatch import IdleWatch
 from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
 from tfctl.remote.agent.ledger import RunLedger
 from tfctl.remote.agent.notify import start_notifier
 from tfctl.remote.agent.proc import same_process, start_ticks
-from tfctl.remote.agent.recentuse import release_run_counted
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
 from tfctl.remote.agent.rundir import load_manifest, task_file
 from tfctl.remote.agent.state import SILENCE_FILE, WATCH_PID, stop_tasks
@@ -126,7 +126,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
             activity.set()
         clear_silence(run_dir)
         ledger.stop()  # the run's last seconds counted before its claim goes
-        release_run_counted(run_id)  # nothing of the run holds its GPUs now; its use is kept
+        release_run(run_id)  # nothing of the run holds this host's GPUs any more (claims.py)
         if stopped and not told and (idle.stopped or os.path.exists(os.path.join(run_dir,
                                                                                    UP_MARK))):
             # (no up mark: a rollback, the `up`'s own failure, said at its terminal)

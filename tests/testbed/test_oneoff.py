@@ -212,10 +212,7 @@ def test_down_stops_a_sweeps_running_points_and_cancels_its_waiting_ones(
     assert not any(processes_of_run(p["run_id"]) for p in points[:2])
     assert not Path(f"/proc/{waiter}/cmdline").exists() or f"{sweep}.json".encode() not in Path(
         f"/proc/{waiter}/cmdline").read_bytes()
-    claims = gpu_testbed.claims_dir("h1")
-    assert not [c for c in claims.glob("*.json")  # claims and tickets gone
-                if c.name.split(".")[1] in ("run", "reservation")]
-    assert all(any(claims.glob(f"*.use.{p['run_id']}.json")) for p in points[:2])  # use kept
+    assert not any(gpu_testbed.claims_dir("h1").glob("*.json"))  # claims and tickets gone
     assert not any(gpu_testbed.claims_dir("h1").joinpath("queue").glob("*.json"))
     listed = _json(tfctl(inv, "queue", "--json", env=queue_env))
     (mine,) = listed["mine"]

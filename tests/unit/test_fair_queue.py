@@ -4,7 +4,6 @@ real filesystem; and the policy's `queue` and `limits` keys (remote/agent/policy
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -12,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tfctl.inventory import make_plan, parse_inventory
-from tfctl.remote.agent import recentuse
-from tfctl.remote.agent.claims import claim_file_name, write_claim
+from tfctl.remote.agent import ledger, recentuse
 from tfctl.remote.agent.policy import (
     PolicyError,
     parse_policy,
@@ -144,7 +142,7 @@ def test_a_sweep_takes_points_up_to_the_limit() -> None:
     (7200.0, 3.0, 3.0, 1.0),
     (7200.0, 6.0, 3.0, 0.5),
     (-50.0, 0.0, 3.0, 0.0),          # nothing negative
-    (3600.0, -1.0, 3.0, 1.0),        # ended "in the future" (a clock that jumped): no more
+    (3600.0, -1.0, 3.0, 1.0),        # ended "in the future": no more than its hours
 ])
 def test_decayed_hours(gpu_s: float, age_days: float, half_life_days: float,
                        hours: float) -> None:
@@ -153,35 +151,27 @@ def test_decayed_hours(gpu_s: float, age_days: float, half_life_days: float,
                                    half_life_days * DAY) == pytest.approx(hours)
 
 
-def test_a_released_run_leaves_its_use_and_recent_use_weighs_it(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch
-                                                                ) -> None:
-    folder = tmp_path / "claims"
-    monkeypatch.setenv("TFCTL_CLAIMS_DIR", str(folder))
-    now = time.time()
-    recentuse.record_use("run-1", {"since": now - 1800.0, "gpus": [0, 1]}, now)
-    recentuse.record_use("run-2", {"since": now - 3 * DAY - 3600.0, "gpus": [0]}, now - 3 * DAY)
-    recentuse.record_use("run-3", {"since": None, "gpus": [0]}, now)  # nothing to count
-    use = recentuse.recent_use(3 * DAY, now)
-    assert use == {ME: pytest.approx(1.0 + 0.5)}
-    # a record whose end is before its start (a clock that jumped) counts nothing
-    (folder / recentuse.use_file_name(ME, "jump")).write_text(json.dumps(
-        {"since": now, "until": now - 99999.0, "gpu_s": 1e6}))
-    assert recentuse.recent_use(3 * DAY, now) == {ME: pytest.approx(1.5)}
-    # and a claim is still read as a claim beside them
-    write_claim("reservation", "gpu0", {"gpus": [0], "until": now + 60, "since": now})
-    assert (folder / claim_file_name(ME, "reservation", "gpu0")).exists()
+def _ledger_hours(now: float, hours: dict[float, float]) -> dict[str, list[float]]:
+    """{hour key: [held_s, 0, 0, 0]} for GPU-seconds held `age_s` ago → seconds."""
+    return {str(int((now - age_s) // 3600)): [held, 0.0, 0.0, 0.0]
+            for age_s, held in hours.items()}
 
 
-def test_old_use_records_are_removed_when_the_next_is_written(tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch
-                                                             ) -> None:
+def test_recent_use_weighs_the_ledger_decayed(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFCTL_CLAIMS_DIR", str(tmp_path / "claims"))
-    now = time.time()
-    recentuse.record_use("old", {"since": now - 40 * DAY - 60, "gpus": [0]}, now - 40 * DAY)
-    recentuse.record_use("new", {"since": now - 60, "gpus": [0]}, now)
-    assert sorted(p.name for p in (tmp_path / "claims").glob("*.use.*")) == [
-        recentuse.use_file_name(ME, "new")]
+    now = (time.time() // 3600) * 3600 + 1800  # half way through an hour
+    ledger.ledger_write("run", "r1", {"run_id": "r1", "job": "lab", "gpus": {
+        "GPU-a": {"index": 0, "uuid": "GPU-a", "name": "x", "hours": _ledger_hours(now, {
+            0.0: 1800.0,                      # this hour, until now: 0.5 h, not decayed
+            3 * DAY: 3600.0,                  # an hour that ended 3 days - 30 min ago
+            40 * DAY: 3600.0})}}})            # beyond 10 half-lives: not read
+    ledger.ledger_write("run", "r2", {"run_id": "r2", "job": "lab", "gpus": {
+        "GPU-b": {"index": 1, "uuid": "GPU-b", "name": "x", "hours": _ledger_hours(now, {
+            -2 * 3600.0: 3600.0})}}})         # an hour after now (a clock that jumped): nothing
+    expected = 0.5 + 2 ** (-(3 * DAY - 1800) / (3 * DAY))
+    assert recentuse.recent_use(3 * DAY, now) == {ME: pytest.approx(expected)}
+    assert recentuse.recent_use(3 * DAY, now, str(tmp_path / "elsewhere")) == {}
 
 
 # ---------------------------------------------------------------- the policy's keys
@@ -249,19 +239,6 @@ def test_a_reservation_under_the_limits(limits: dict[str, object] | None, for_s:
                                         said: str | None) -> None:
     policy = None if limits is None else {"limits": limits}
     assert reserve_refusal(policy, for_s, "alice", held, wanted, waiting) == said
-
-
-def test_releasing_a_run_keeps_its_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TFCTL_CLAIMS_DIR", str(tmp_path / "claims"))
-    now = time.time()
-    write_claim("run", "20261129-010000-ab12", {"run_id": "20261129-010000-ab12",
-                                               "since": now - 1800.0, "gpus": [0, 1]})
-    assert recentuse.release_run_counted("20261129-010000-ab12")
-    assert not (tmp_path / "claims" / claim_file_name(ME, "run", "20261129-010000-ab12")).exists()
-    (record,), _ = recentuse.read_use()
-    assert record["gpu_s"] == pytest.approx(2 * 1800.0, abs=20)
-    assert not recentuse.release_run_counted("20261129-010000-ab12")  # gone: nothing more
-    assert len(recentuse.read_use()[0]) == 1
 
 
 # ---------------------------------------------------------------- up's limit (pure)

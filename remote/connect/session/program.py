@@ -18,9 +18,10 @@ from tfctl.remote.agent.wire import WIRE_VERSION
 AGENT_FILES = ("wire.py", "wirerecord.py", "vocab.py", "proc.py", "jsonfile.py", "rundir.py",
                "tasklog.py", "detach.py", "netroute.py", "supervisor.py", "state.py", "sync.py",
                "wait.py", "tfprobe.py", "fwprobe.py", "freeports.py", "notify.py", "nvfields.py",
-               "speed.py", "disk.py", "record.py", "claims.py", "recentuse.py", "policy.py",
-               "energy.py", "ledger.py", "activity.py", "idlewatch.py", "watch.py", "hostops.py",
-               "runops.py", "up.py", "boot.py", "lost.py", "lab.py", "tickets.py", "optable.py")
+               "speed.py", "disk.py", "record.py", "claims.py", "policy.py", "energy.py",
+               "ledger.py", "recentuse.py", "activity.py", "idlewatch.py", "watch.py",
+               "hostops.py", "runops.py", "up.py", "boot.py", "lost.py", "lab.py", "tickets.py",
+               "optable.py")
 """The agent's files in the order they are joined: a file's top-level names (a record's base
 class, a default value, a module constant) are defined before a file that uses them at import
 time; names a function reads are found when it runs."""
