@@ -59,7 +59,8 @@ def place_session(inv: Inventory, ssh: SshOptions, kind: str, gpus: int, hosts: 
     from tfctl.remote.queue.tickets import drop, put_count
 
     job = f"{inv.name}: {kind}"
-    with RunController(hosts_inventory(inv, list(hosts)), ssh) as prep:
+    with RunController(hosts_inventory(inv, list(hosts)), ssh) as prep, \
+            Fleet(inv, ssh) as lab:  # opened only where a limit counts the other hosts
         prep.setup(UpOptions(sync=sync), on_event, hooks=hooks)
         fleet = prep.fleet
         if gpus == 0:
@@ -70,7 +71,8 @@ def place_session(inv: Inventory, ssh: SshOptions, kind: str, gpus: int, hosts: 
         told = False
         try:
             while True:
-                placement, _listed = _placed(fleet, inv, ticket, gpus, 1, list(hosts), say)
+                placement, _listed = _placed(fleet, inv, ticket, gpus, 1, list(hosts), say,
+                                             lab)
                 if placement.taken:
                     chosen, gpu_ids = placement.taken[0]
                     try:
