@@ -28,7 +28,7 @@ from tests.support.testbedtools import tfctl, user_inventory, wait_until
 pytestmark = pytest.mark.skipif(not can_add_users(), reason="other Unix users need root")
 
 SCRIPT = "import sys, time\ntime.sleep(float(sys.argv[1]))\n"
-"""`python hold.py SECONDS`: holds its GPU that long."""
+"""A script that sleeps SECONDS (its first argument): holds its GPU that long."""
 HOUR = 3600.0
 
 
