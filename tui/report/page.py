@@ -42,15 +42,23 @@ def write_report(record: RunRecording, summary: Summary, findings: list[RunFindi
                        figures.speed_figure(record.speeds)))
     if record.events:
         images.append(("timeline.png", "task timeline", figures.timeline_figure(record)))
+    return write_page(out_dir, "report.html", images,
+                      render_html(record, summary, findings, images, cost))
+
+
+def write_page(out_dir: str, page_name: str, images: list[tuple[str, str, bytes]],
+               text: str) -> Written:
+    """A page and its charts written into `out_dir`: each image `(file name, title, PNG)` as
+    its own file beside the page (which also holds them inline)."""
     pngs = []
     for name, _, data in images:
         path = os.path.join(out_dir, name)
         with open(path, "wb") as out:
             out.write(data)
         pngs.append(path)
-    page = os.path.join(out_dir, "report.html")
+    page = os.path.join(out_dir, page_name)
     with open(page, "w", encoding="utf-8") as out:
-        out.write(render_html(record, summary, findings, images, cost))
+        out.write(text)
     return Written(page, tuple(pngs))
 
 

@@ -27,7 +27,7 @@ from tfctl.remote.lab.usage import (
     totals,
 )
 from tfctl.tui.report.figures import _png, _pyplot
-from tfctl.tui.report.page import Written
+from tfctl.tui.report.page import Written, write_page
 
 BUSY, IDLE = "tab:blue", "tab:orange"
 
@@ -94,16 +94,7 @@ def write_usage_page(usage: Usage, out_dir: str) -> Written:
         if theirs:
             images.append((_file_name("host", host), f"host {host}: GPU-hours per user",
                            host_figure(host, theirs)))
-    pngs = []
-    for name, _, data in images:
-        path = os.path.join(out_dir, name)
-        with open(path, "wb") as out:
-            out.write(data)
-        pngs.append(path)
-    page = os.path.join(out_dir, "usage.html")
-    with open(page, "w", encoding="utf-8") as out:
-        out.write(render_usage_html(usage, images))
-    return Written(page, tuple(pngs))
+    return write_page(out_dir, "usage.html", images, render_usage_html(usage, images))
 
 
 def render_usage_html(usage: Usage, images: Sequence[tuple[str, str, bytes]]) -> str:
