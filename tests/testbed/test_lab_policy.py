@@ -7,13 +7,15 @@ watcher with no client connected, its GPU freed and `runs` saying why; one kept 
 `status` and every user's `lab` say when an idle run stops; another user's idle process is shown
 with how long, never touched; a file another user owns is ignored and said once; `tfctl lab
 policy` shows each host's policy and the host that disagrees. A session (a run whose record
-says `session: shell`) under `applies_to: [sessions]` is stopped, a run beside it is not.
+says `session: shell`) under `applies_to: [sessions]` is stopped, a run beside it is not; and
+two real `tfctl shell` sessions in terminals: the idle one stopped, the busy one not.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -35,6 +37,7 @@ from tests.support.testbedtools import (
     user_inventory,
     wait_until,
 )
+from tests.support.tmuxpane import Pane
 
 pytestmark = pytest.mark.testbed
 
@@ -286,3 +289,54 @@ def test_a_session_is_stopped_as_idle_and_a_run_beside_it_is_not(
     assert (runs[session]["session"], runs[run]["session"]) == ("shell", "")
     assert runs[run]["live"] and tagged(run) and runs[run]["finished"] is None
     assert not list(claims.glob(f"*.run.{session}.json"))
+
+
+def test_real_shell_sessions_an_idle_one_stopped_a_busy_one_not(
+        gpu_testbed: Testbed, lab_policy: Callable[..., Path], tmp_path: Path) -> None:
+    """The issue's own case, with `tfctl shell` itself under `applies_to: [sessions]`: the
+    session whose GPU stays at 0 % is stopped (its terminal says the session ended, its GPU is
+    free, `runs` says why); the one computing on its GPU beside it outlives `stop_after`.
+
+    The stand-in counts every process with a GPU mask as a compute app, the session's host-side
+    keeper (a shell that only waits) too, which computes nothing: the inventory's env declares
+    0 % for every process of the sessions, and the busy session's command declares its own."""
+    lab_policy("h1", SECONDS % "sessions")
+    inv = gpu_testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER, hosts=["h1"],
+                                      gpus={"h1": [0, 1]}, ps={"h1": 0},
+                                      env={"TFCTL_TEST_GPU_UTIL": "0"})
+    before = set(_live_runs(inv))
+    idle_pane = Pane(_shell_line(inv, "sleep", "300"),
+                     env={**os.environ, "TERM": "xterm-256color"}, name="policy-shell-idle")
+    busy_pane = None
+    try:
+        idle = wait_until("the idle session live", lambda: next(
+            iter(set(_live_runs(inv)) - before), None), 90)
+        busy_pane = Pane(_shell_line(inv, "env", "TFCTL_TEST_GPU_UTIL=95", "sleep", "300"),
+                         env={**os.environ, "TERM": "xterm-256color"}, name="policy-shell-busy")
+        busy = wait_until("the busy session live", lambda: next(
+            iter(set(_live_runs(inv)) - before - {idle}), None), 90)
+        ended = wait_until("the idle session stopped, and runs saying why",
+                           lambda: (r := _runs(inv)[idle])["ended"] and r, 120)
+        assert ended["ended"].startswith("stopped as idle by the lab's policy: GPU "), ended
+        idle_pane.wait("the idle shell's end", lambda s: "tfctl-exit=" in s, timeout_s=60)
+        assert not processes_of_run(idle)
+        assert not list(gpu_testbed.claims_dir("h1").glob(f"*.run.{idle}.json"))
+        status = json.loads(tfctl(inv, "status", "--run", busy, "--json").stdout)
+        assert [(t["state"], t["session"]) for t in status["tasks"]] == [("running", "shell")]
+        assert status["idle"] == {}
+    finally:
+        idle_pane.close()
+        if busy_pane is not None:
+            busy_pane.close()
+    wait_until("every session's run ended", lambda: not set(_live_runs(inv)) - before, 60)
+
+
+def _shell_line(inv: Path, *command: str) -> str:
+    """`tfctl shell --gpus 1 -- COMMAND` in a terminal, which then says how it ended."""
+    return (f"cd {shlex.quote(str(inv.parent))} && {shlex.quote(sys.executable)} -m tfctl.tui "
+            f"-i {shlex.quote(str(inv))} shell --gpus 1 -- {shlex.join(command)}"
+            "; echo tfctl-exit=$?; exec sleep 600")
+
+
+def _live_runs(inv: Path) -> dict[str, dict[str, Any]]:
+    return {run_id: r for run_id, r in _runs(inv).items() if r.get("live")}
