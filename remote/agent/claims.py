@@ -388,19 +388,26 @@ def write_claim(kind: str, ident: str, record: dict[str, Any],
     body = dict(record, format=CLAIM_FORMAT, kind=kind, user=me)
     parse_claim(json_loads(json_dumps(body)))  # what we write, others must be able to read
     path = os.path.join(folder, claim_file_name(me, kind, ident))
-    tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
+    write_own_file(path, me, kind, json_dumps(body, sort_keys=True))
+    return path
+
+
+def write_own_file(path: str, me: str, kind: str, text: str) -> None:
+    """`text` into our file `path` in a shared sticky folder (claims, the ledger), atomically:
+    written to a temporary file of ours (never following a link), readable by every user, then
+    renamed over `path`; the temporary file goes if anything fails."""
+    tmp = os.path.join(os.path.dirname(path), f".{me}.{os.getpid()}.{kind}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644)
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(json_dumps(body, sort_keys=True))
+            f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)  # the sticky bit refuses replacing another user's file
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return path
 
 
 def remove_claim(name: str, folder: str | None = None) -> bool:

@@ -42,7 +42,13 @@ import stat
 import time
 from typing import Any
 
-from tfctl.remote.agent.claims import claims_dir, ensure_folder, read_claims, read_folder
+from tfctl.remote.agent.claims import (
+    claims_dir,
+    ensure_folder,
+    read_claims,
+    read_folder,
+    write_own_file,
+)
 from tfctl.remote.agent.energy import energy_mask_indices
 from tfctl.remote.agent.jsonfile import read_json
 from tfctl.remote.agent.policy import read_policy, session_kind
@@ -138,18 +144,7 @@ def ledger_write(kind: str, ident: str, record: dict[str, Any]) -> None:
     text = json_dumps(dict(record, format=LEDGER_FORMAT, kind=kind, user=me), sort_keys=True)
     if len(text) > LEDGER_MAX_BYTES:
         raise ValueError(f"the ledger record would be over {LEDGER_MAX_BYTES} bytes")
-    path = os.path.join(folder, ledger_file_name(me, kind, ident))
-    tmp = os.path.join(folder, f".{me}.{os.getpid()}.{kind}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)  # the sticky bit refuses replacing another user's file
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_own_file(os.path.join(folder, ledger_file_name(me, kind, ident)), me, kind, text)
 
 
 def ledger_sweep_own(now_s: float, folder: str | None = None) -> list[str]:
