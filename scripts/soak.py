@@ -120,8 +120,8 @@ def logs_kept(testbed: Any, run_id: str) -> bool:
     """Every host kept the run's directory with a non-empty log for each of its tasks."""
     for host in testbed.names:
         run_dir = testbed.host(host).workdir / ".tfctl" / "runs" / run_id
-        # the tasks' logs: not the run watcher's own (watch.log), which came after this check
-        logs = [log for log in run_dir.glob("*.log") if log.name != "watch.log"]
+        # the tasks' logs: not the run keeper's own (keeper.log), which came after this check
+        logs = [log for log in run_dir.glob("*.log") if log.name != "keeper.log"]
         if len(logs) != 2 or not all(log.stat().st_size for log in logs):  # its ps + worker
             return False
     return True

@@ -40,7 +40,7 @@ from tfctl.remote.agent.boot import boot_id
 from tfctl.remote.agent.jsonfile import read_json
 from tfctl.remote.agent.proc import proc_stat, proc_uid, same_process, start_ticks, user_name
 from tfctl.remote.agent.rundir import task_file
-from tfctl.remote.agent.state import WATCH_PID
+from tfctl.remote.agent.state import KEEPER_PID
 from tfctl.remote.agent.wire import json_dumps, json_loads
 
 CLAIMS_DIR_VAR = "TFCTL_CLAIMS_DIR"
@@ -451,8 +451,10 @@ def mask_gpus(mask: Any) -> list[Any]:
 
 
 def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
-                     watcher_pid: int | None = None) -> dict[str, Any]:
-    """The claim of a run on this host, from its manifest and its tasks' pid records."""
+                     keeper_pid: int | None = None) -> dict[str, Any]:
+    """The claim of a run on this host, from its manifest and its tasks' pid records. The
+    claim's `watcher_pid` is the run's keeper (keeper.py), which watches the run there: the
+    field keeps its name, which other users' tfctl read."""
     import time
 
     tasks, gpus = [], []
@@ -466,23 +468,23 @@ def run_claim_record(run_dir: str, run_id: str, manifest: dict[str, Any],
                       "pgid": rec.get("pgid"), "start_ticks": rec.get("start_ticks"),
                       "supervisor_pid": rec.get("supervisor_pid"),
                       "supervisor_start_ticks": rec.get("supervisor_start_ticks")})
-    watcher = read_json(os.path.join(run_dir, WATCH_PID)) or {}
-    if watcher_pid:  # just started: it may not have written its record yet
-        watcher = {"pid": watcher_pid, "start_ticks": start_ticks(watcher_pid)}
+    keeper = read_json(os.path.join(run_dir, KEEPER_PID)) or {}
+    if keeper_pid:  # just started: it may not have written its record yet
+        keeper = {"pid": keeper_pid, "start_ticks": start_ticks(keeper_pid)}
     return {"run_id": run_id, "job": manifest.get("inventory"), "host": manifest.get("host"),
             "since": manifest.get("created_at") or time.time(), "until": None, "note": None,
-            "gpus": gpus, "tasks": tasks, "watcher_pid": watcher.get("pid"),
-            "watcher_start_ticks": watcher.get("start_ticks"), "boot_id": boot_id(),
+            "gpus": gpus, "tasks": tasks, "watcher_pid": keeper.get("pid"),
+            "watcher_start_ticks": keeper.get("start_ticks"), "boot_id": boot_id(),
             "idle": _idle(read_json(os.path.join(run_dir, "idle.json"))),
             "session": manifest.get("session") or ""}
 
 
 def claim_run(run_dir: str, run_id: str, manifest: dict[str, Any],
-              watcher_pid: int | None = None) -> str | None:
+              keeper_pid: int | None = None) -> str | None:
     """Leave (or refresh) the run's claim on this host; a warning when it cannot, else None.
     A claim is a courtesy to the other users: a run never fails for want of one."""
     try:
-        write_claim("run", run_id, run_claim_record(run_dir, run_id, manifest, watcher_pid))
+        write_claim("run", run_id, run_claim_record(run_dir, run_id, manifest, keeper_pid))
     except (OSError, ValueError) as exc:
         return f"no claim left for run {run_id}: {exc}"
     return None

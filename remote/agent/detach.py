@@ -1,4 +1,4 @@
-"""Processes detached from the agent's SSH session: supervisors, watchers, listeners, samplers.
+"""Processes detached from the agent's SSH session: keepers, listeners, samplers, notifiers.
 
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 """

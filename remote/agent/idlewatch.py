@@ -17,7 +17,7 @@ releases the claim and tells the owner.
 
 The watcher looks at the policy file again every POLICY_LOOK_S, so an administrator's change
 reaches runs already running; a policy file it ignores is said once per watcher (its
-`events.jsonl` and `watch.log`), not at every look.
+`events.jsonl` and `keeper.log`), not at every look.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 Its operations are in the table of `optable.py`.
 
-A task is lost when neither it nor its supervisor runs and it never recorded its end: most often
+A task is lost when neither it nor its keeper runs and it never recorded its end: most often
 because the host restarted under it (its records are of an earlier boot, `boot.py`), or because
-something killed its supervisor. `restart_lost` starts such tasks again in the same run, from
+something killed it with its keeper. `restart_lost` starts such tasks again in the same run, from
 the manifest's records (the same argv, environment, GPU mask and port: the plan they were
-started with), their logs appended to, and the run's watcher too when it is gone, so that the
-job still ends on this host by its rule. A task that runs, ended, or was stopped by tfctl is
+started with), their logs appended to, under the run's keeper (started again when it is gone,
+keeper.py), so that the job still ends on this host by its rule. A task that runs, ended, or was stopped by tfctl is
 refused, as is every task of a run that has ended: the host is the judge of what is lost, not
 the client's last look.
 """
@@ -21,11 +21,10 @@ from typing import Any
 from tfctl.remote.agent.boot import booted_at
 from tfctl.remote.agent.claims import claim_run
 from tfctl.remote.agent.jsonfile import now, read_json
+from tfctl.remote.agent.keeper import keep_tasks
 from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of, task_file
 from tfctl.remote.agent.state import observe
-from tfctl.remote.agent.supervisor import launch_tasks
 from tfctl.remote.agent.vocab import RestartLostAnswer, RunRef
-from tfctl.remote.agent.watch import start_watcher
 from tfctl.remote.agent.wire import AgentError
 
 
@@ -63,14 +62,13 @@ def op_restart_lost(req: RunRef) -> RestartLostAnswer:
     lost = lost_tasks(run_dir, run_id, manifest, req.tasks)
     for name, obs in lost.items():
         why = (f"its host restarted at {_clock(obs['host_restarted_at'])}"
-               if obs.get("host_restarted_at") else "its supervisor is gone")
+               if obs.get("host_restarted_at") else "it and its keeper are gone")
         with open(task_file(run_dir, name, ".log"), "a") as log:
             log.write(f"==> tfctl: starting {name} again at {_clock(now())}: it was lost "
                       f"({why})\n")
-    started = launch_tasks(run_dir, workdir, run_id, manifest, sorted(lost))
-    watcher = start_watcher(run_dir, run_id)
+    kept = keep_tasks(run_dir, workdir, run_id, manifest, sorted(lost))
     return RestartLostAnswer.from_wire(dict(
-        started, watcher_pid=watcher, claim_warning=claim_run(run_dir, run_id, manifest, watcher),
+        kept, claim_warning=claim_run(run_dir, run_id, manifest, kept["keeper_pid"]),
         host_restarted_at=booted_at() if any(o.get("host_restarted_at") for o in lost.values())
         else None))
 

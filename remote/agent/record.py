@@ -281,7 +281,7 @@ def describe_owner(pid: int, run_id: str) -> str:
 
 
 class EventLog:
-    """Task starts, restarts and ends, seen in the supervisors' records, into events.jsonl."""
+    """Task starts, restarts and ends, seen in the keeper's records, into events.jsonl."""
 
     def __init__(self, run_dir: str, names: list[str]) -> None:
         self.run_dir, self.names = run_dir, names

@@ -19,6 +19,7 @@ from tfctl.remote.agent.energy import energy_of_run
 from tfctl.remote.agent.hostops import hostname
 from tfctl.remote.agent.idlewatch import IDLE_FILE
 from tfctl.remote.agent.jsonfile import now, read_json, write_json
+from tfctl.remote.agent.keeper import keep_tasks, take_back_orphans
 from tfctl.remote.agent.policy import session_kind
 from tfctl.remote.agent.rundir import (
     expand,
@@ -29,7 +30,6 @@ from tfctl.remote.agent.rundir import (
     task_file,
 )
 from tfctl.remote.agent.state import live_runs, stop_tasks, task_statuses, watcher_silences
-from tfctl.remote.agent.supervisor import launch_tasks
 from tfctl.remote.agent.tasklog import log_tail, read_log_from
 from tfctl.remote.agent.vocab import (
     FinishAnswer,
@@ -53,7 +53,6 @@ from tfctl.remote.agent.vocab import (
     WaitPortsRequest,
 )
 from tfctl.remote.agent.wait import wait_until_up
-from tfctl.remote.agent.watch import start_watcher
 from tfctl.remote.agent.wire import AgentError
 
 
@@ -99,10 +98,9 @@ def op_launch(req: LaunchRequest) -> LaunchAnswer:
     workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
-    started = launch_tasks(run_dir, workdir, run_id, manifest, req.tasks)
-    watcher = start_watcher(run_dir, run_id)
-    return LaunchAnswer.from_wire(dict(started, watcher_pid=watcher, claim_warning=claim_run(
-        run_dir, run_id, manifest, watcher)))
+    kept = keep_tasks(run_dir, workdir, run_id, manifest, req.tasks)
+    return LaunchAnswer.from_wire(dict(kept, claim_warning=claim_run(
+        run_dir, run_id, manifest, kept["keeper_pid"])))
 
 
 def op_wait_ports(req: WaitPortsRequest) -> WaitPortsAnswer:
@@ -124,6 +122,9 @@ def op_status(req: StatusRequest, seen: dict[str, Any] | None = None) -> StatusA
     run_id = req.run_id or newest_run(workdir)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
+    taken_back = take_back_orphans(run_dir, run_id, workdir, manifest)
+    if taken_back is not None:
+        seen = None  # their records now name the new keeper
     tasks = task_statuses(run_dir, run_id, manifest, req.tail, seen)
     if any(t.state == "lost" for t in tasks):  # as in op_wait_ports: a just-ended task
         tasks = task_statuses(run_dir, run_id, manifest, req.tail)
@@ -132,7 +133,7 @@ def op_status(req: StatusRequest, seen: dict[str, Any] | None = None) -> StatusA
                         any(t.state in ("running", "starting") for t in tasks),
                         manifest.get("created_at"), manifest.get("inventory"), hostname(),
                         tuple(watcher_silences(run_dir)), records_state(run_dir),
-                        read_json(os.path.join(run_dir, IDLE_FILE)))
+                        read_json(os.path.join(run_dir, IDLE_FILE)), taken_back)
 
 
 def op_stop(req: StopRequest) -> StopAnswer:

@@ -3,9 +3,10 @@
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
 A task's processes are those tagged with its `TFCTL_RUN_ID`/`TFCTL_TASK` (children that left the
-group with `setsid` included) plus the members of its recorded process group, the group counting
-only while its supervisor is provably the recorded one (same start time) or a tagged process is in
-it: a pgid, like a pid, can be reused by a stranger.
+group with `setsid` included) plus the members of its recorded process group (the task leads its
+own, keeper.py), the group counting only while the task's own process is provably the recorded
+one (same start time) or a tagged process is in it: a pgid, like a pid, can be reused by a
+stranger. A task's supervisor, in its pid record, is the run's keeper on the host.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from tfctl.remote.agent.vocab import TaskRecord
 from tfctl.remote.agent.wire import which
 
 ENDED = ("exited", "killed", "stopped", "lost")
-WATCH_PID = "watch.pid.json"  # the run's watcher (watch.py) records its pid here
-SILENCE_FILE = "silence.json"  # and here the tasks whose ports it cannot hear from
-WATCHER_EXIT_S = 3.0
+KEEPER_PID = "keeper.pid.json"  # the run's keeper (keeper.py) records its pid here
+SILENCE_FILE = "silence.json"  # and its watch, here, the tasks whose ports it cannot hear from
+KEEPER_EXIT_S = 3.0
+KEEPER_RECORDS_END_S = 2.0
 
 
 def _records(run_dir: str, name: str) -> dict[str, Any]:
@@ -44,7 +46,8 @@ def _records(run_dir: str, name: str) -> dict[str, Any]:
             "stopped": os.path.exists(task_file(run_dir, name, ".stopped"))}
 
 
-def _supervisor_alive(pid_rec: dict[str, Any] | None) -> bool:
+def supervisor_alive(pid_rec: dict[str, Any] | None) -> bool:
+    """The keeper that a task's pid record names still runs (same boot, same start time)."""
     if not pid_rec or from_other_boot(pid_rec):
         return False
     return same_process(pid_rec.get("supervisor_pid"), pid_rec.get("supervisor_start_ticks"))
@@ -58,7 +61,7 @@ def recorded_alive(record: dict[str, Any] | None) -> bool:
 
 
 def _task_processes(run_id: str, recs: dict[str, dict[str, Any]]) -> dict[int, str]:
-    """pid → task name of every live process of these tasks (supervisors excluded)."""
+    """pid → task name of every live process of these tasks (the keeper excluded)."""
     found = {pid: str(task) for pid, (_, task) in tagged_processes(run_id).items()
              if task in recs}
     groups = {r["pid"]["pgid"]: name for name, r in recs.items()
@@ -67,7 +70,7 @@ def _task_processes(run_id: str, recs: dict[str, dict[str, Any]]) -> dict[int, s
     members = group_members(groups)
     for pid, pgid in members.items():
         name = groups[pgid]
-        trusted = _supervisor_alive(recs[name]["pid"]) or any(
+        trusted = recorded_alive(recs[name]["pid"]) or any(
             members.get(tagged) == pgid for tagged in found)
         if trusted and pid not in supervisors:
             found.setdefault(pid, name)
@@ -99,10 +102,10 @@ def observe(run_dir: str, run_id: str, tasks: list[dict[str, Any]]) -> dict[str,
             state = "not_started"
         elif task_alive:
             state = "running" if not ports[name] or listening_pid else "starting"
-        elif _supervisor_alive(rec["pid"]):
+        elif supervisor_alive(rec["pid"]):
             state = "starting"  # between a restart's backoff, or about to record the end
         else:
-            # The supervisor may have written the exit record and gone since we read it.
+            # The keeper may have written the exit record since we read it.
             late_exit = read_json(task_file(run_dir, name, ".exit.json"))
             if late_exit:
                 rec = dict(rec, exit=late_exit)
@@ -211,7 +214,7 @@ def wait_for_ports(run_dir: str, run_id: str, manifest: dict[str, Any],
 
 
 def live_runs(workdir: str) -> dict[str, bool]:
-    """run id → live, for every run directory: a tagged process or a supervisor still runs."""
+    """run id → live, for every run directory: a tagged process or its keeper still runs."""
     root = runs_root(workdir)
     try:
         run_ids = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -222,10 +225,10 @@ def live_runs(workdir: str) -> dict[str, bool]:
     for run_id in run_ids:
         run_dir = os.path.join(root, run_id)
         names = set(os.listdir(run_dir))
-        # A task with its exit record has a supervisor that is done (it writes the record last),
+        # A task with its exit record is done with (its keeper writes the record last),
         # so an old run costs a folder listing, not a read of each task's pid record.
         live[run_id] = run_id in tagged_runs or any(
-            _supervisor_alive(read_json(os.path.join(run_dir, f)))
+            supervisor_alive(read_json(os.path.join(run_dir, f)))
             for f in names if f.endswith(".pid.json")
             and f[:-len(".pid.json")] + ".exit.json" not in names)
     return live
@@ -240,7 +243,7 @@ def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
         names = [t["name"] for t in manifest_tasks(manifest, names)]
     recs = {name: _records(run_dir, name) for name in names or []}
     for name, rec in recs.items():
-        if not rec["exit"] and os.path.isdir(run_dir):  # the supervisor must not restart it
+        if not rec["exit"] and os.path.isdir(run_dir):  # its keeper must not restart it
             mark_stopped(task_file(run_dir, name, ".stopped"))
 
     def current() -> dict[int, str]:
@@ -251,9 +254,9 @@ def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
 
     first = current()
     stopped = sorted(set(first.values()) | {n for n, r in recs.items()
-                                             if _supervisor_alive(r["pid"])})
+                                             if not r["exit"] and supervisor_alive(r["pid"])})
     for rec in recs.values():
-        if rec["pid"] and _supervisor_alive(rec["pid"]):
+        if not rec["exit"] and recorded_alive(rec["pid"]):  # the task leads its group
             signal_group(rec["pid"]["pgid"], signal.SIGTERM)
     signalled: set[int] = set()
     seen = set(first)
@@ -275,9 +278,9 @@ def stop_tasks(run_dir: str, run_id: str, names: list[str] | None,
         time.sleep(0.05)
         remaining = current()
         seen |= set(remaining)
-    _reap_supervisors(run_dir, recs)
+    await_ends(run_dir, recs)
     if stop_all:
-        end_watcher(run_dir)
+        end_keeper(run_dir)
     left = tagged_processes(run_id)
     remaining_pids = sorted(p for p, (_, t) in left.items() if stop_all or t in recs)
     gpu_pids, gpu_error = gpu_pids_among(seen | set(remaining_pids))
@@ -297,45 +300,49 @@ def mark_stopped(path: str) -> None:
         os.close(fd)
 
 
-def _reap_supervisors(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
-    """Give supervisors a moment to record the ends; kill (and record for) any that linger."""
-    deadline = time.time() + 2.0
-    alive = [n for n, r in recs.items() if _supervisor_alive(r["pid"])]
-    while alive and time.time() < deadline:
-        time.sleep(0.05)
-        alive = [n for n in alive if _supervisor_alive(recs[n]["pid"])]
-    for name in alive:
-        send_signal(recs[name]["pid"]["supervisor_pid"], signal.SIGKILL)
-        path = task_file(run_dir, name, ".exit.json")
-        if not os.path.exists(path):
-            write_json(path, {"exit_code": None, "signal": None, "ended_at": now(),
-                              "error": "supervisor killed by tfctl stop"})
+def await_ends(run_dir: str, recs: dict[str, dict[str, Any]]) -> None:
+    """Give the keeper a moment to record the stopped tasks' ends; record those it has not
+    (a keeper that lingers, or is gone) as ended by the stop."""
+    pending = [n for n, r in recs.items() if r["pid"] and not r["exit"]]
+    deadline = time.time() + KEEPER_RECORDS_END_S
+    while pending and time.time() < deadline and any(supervisor_alive(recs[n]["pid"])
+                                                      for n in pending):
+        time.sleep(0.02)
+        pending = [n for n in pending if not os.path.exists(task_file(run_dir, n, ".exit.json"))]
+    for name in pending:
+        if not os.path.exists(task_file(run_dir, name, ".exit.json")):
+            keeper = "its keeper did not record its end" if supervisor_alive(
+                recs[name]["pid"]) else "no keeper kept it"
+            write_json(task_file(run_dir, name, ".exit.json"), {
+                "exit_code": None, "signal": None, "ended_at": now(),
+                "error": f"stopped by tfctl stop; {keeper}"})
 
 
 def watcher_silences(run_dir: str) -> list[dict[str, Any]]:
-    """The tasks the run's watcher cannot hear from now, with since when (`watch.py`); none once
-    the watcher is gone, whose last record may be stale."""
-    if not recorded_alive(read_json(os.path.join(run_dir, WATCH_PID))):
+    """The tasks the run's watch cannot hear from now, with since when (`watch.py`); none once
+    the keeper is gone, whose last record may be stale."""
+    if not recorded_alive(read_json(os.path.join(run_dir, KEEPER_PID))):
         return []
     return list((read_json(os.path.join(run_dir, SILENCE_FILE)) or {}).get("silences") or [])
 
 
-def end_watcher(run_dir: str) -> None:
-    """Make the run's watcher write its last records and exit; kill its session if it lingers.
+def end_keeper(run_dir: str) -> None:
+    """Make the run's keeper write its last records and exit (it does once none of its tasks
+    runs, keeper.py); kill it if it lingers.
 
-    A whole-run stop (`tfctl down`, a rollback) leaves nothing of tfctl on the host: the watcher
+    A whole-run stop (`tfctl down`, a rollback) leaves nothing of tfctl on the host: the keeper
     and its nvidia-smi stream go with the tasks, before the client is told the run is stopped.
     """
-    record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
+    record = read_json(os.path.join(run_dir, KEEPER_PID)) or {}
     pid, ticks = record.get("pid"), record.get("start_ticks")
     if pid is None or not recorded_alive(record):
         return
-    send_signal(pid, signal.SIGTERM)  # the watcher's handler ends its loop (watch.py)
-    deadline = time.time() + WATCHER_EXIT_S
+    send_signal(pid, signal.SIGTERM)
+    deadline = time.time() + KEEPER_EXIT_S
     while same_process(pid, ticks) and time.time() < deadline:
         time.sleep(0.02)
     if same_process(pid, ticks):
-        signal_group(pid, signal.SIGKILL)  # it leads its own session: the stream goes too
+        signal_group(pid, signal.SIGKILL)  # it leads its own session (each task leads its own)
 
 
 def gpu_pids_among(pids: set[int]) -> tuple[list[int], str | None]:

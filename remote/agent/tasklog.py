@@ -1,8 +1,8 @@
-"""A task's log: written by its supervisor (`TaskLog`), read by `status` and `logs`.
+"""A task's log: written by its keeper (`TaskLog`), read by `status` and `logs`.
 
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
-The task's stdout and stderr are a pipe the supervisor (supervisor.py) relays into `<task>.log`,
+The task's stdout and stderr are a pipe the run's keeper (supervisor.py) relays into `<task>.log`,
 so that neither a full disk nor a log's size is the task's problem: at the manifest's
 `log_max_bytes` the log is rotated (`<task>.log.1` keeps the part before, older output is
 dropped), and output that finds no room is dropped, counted, and said in the log once there is
@@ -19,7 +19,7 @@ LOG_MAX_BYTES = 256 << 20  # a manifest without log_max_bytes (`job.log_max_mb`)
 
 
 class TaskLog:
-    """A task's output as its supervisor relays it: appended to `path`, rotated to `path.1` at
+    """A task's output as its keeper relays it: appended to `path`, rotated to `path.1` at
     `max_bytes`, and dropped (counted, said later) while the disk has no room for it."""
 
     def __init__(self, path: str, max_bytes: int) -> None:
@@ -51,8 +51,7 @@ class TaskLog:
         return 0
 
     def _rotate(self) -> None:
-        """`path` becomes `path.1` (replacing the one before) and a new `path` is begun; the
-        supervisor's own stdout and stderr follow it."""
+        """`path` becomes `path.1` (replacing the one before) and a new `path` is begun."""
         if os.fstat(self.fd).st_size == 0:
             return
         os.replace(self.path, self.path + ".1")
@@ -61,8 +60,6 @@ class TaskLog:
         except OSError:  # no inode left: the log stays where it was
             os.replace(self.path + ".1", self.path)
             raise
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
         os.close(self.fd)
         self.fd = fd
 

@@ -33,12 +33,12 @@ from tfctl.remote.agent.claims import claim_run, read_claims
 from tfctl.remote.agent.freeports import release, taken_since
 from tfctl.remote.agent.hostops import choose_from, port_states
 from tfctl.remote.agent.jsonfile import now, write_json
+from tfctl.remote.agent.keeper import keep_tasks
 from tfctl.remote.agent.netroute import hostname_addresses
 from tfctl.remote.agent.policy import read_policy
 from tfctl.remote.agent.proc import user_name
 from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of
 from tfctl.remote.agent.runops import op_prepare, op_status, start_states
-from tfctl.remote.agent.supervisor import launch_tasks
 from tfctl.remote.agent.sync import sync_diff
 from tfctl.remote.agent.tickets import others_waiting
 from tfctl.remote.agent.vocab import (
@@ -56,7 +56,7 @@ from tfctl.remote.agent.vocab import (
     UpMark,
 )
 from tfctl.remote.agent.wait import wait_until_up
-from tfctl.remote.agent.watch import UP_MARK, start_watcher
+from tfctl.remote.agent.watch import UP_MARK
 from tfctl.remote.agent.wire import AgentError
 
 SETUP_FOLDER = ".tfctl/setup"
@@ -162,10 +162,9 @@ def op_up_go(req: UpGoRequest) -> UpGo:
                          "host after `up` chose it (another run starting?)", ports=taken)
     started = LaunchAnswer()
     if req.launch:
-        pids = launch_tasks(run_dir, workdir, run_id, manifest, list(req.launch))
-        watcher = start_watcher(run_dir, run_id)
-        started = LaunchAnswer.from_wire(dict(pids, watcher_pid=watcher, claim_warning=claim_run(
-            run_dir, run_id, manifest, watcher)))
+        kept = keep_tasks(run_dir, workdir, run_id, manifest, list(req.launch))
+        started = LaunchAnswer.from_wire(dict(kept, claim_warning=claim_run(
+            run_dir, run_id, manifest, kept["keeper_pid"])))
     ready, seen, waited = True, None, {}
     if req.wait:
         look = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, list(req.wait)),
@@ -176,7 +175,7 @@ def op_up_go(req: UpGoRequest) -> UpGo:
     status = None
     if req.status is not None and ready:  # the wait's last look, if it saw every task
         status = op_status(StatusRequest(workdir, run_id, int(req.status)), seen)
-    return UpGo(waited, status, started.tasks if req.launch else None, started.watcher_pid,
+    return UpGo(waited, status, started.tasks if req.launch else None, started.keeper_pid,
                 started.claim_warning, time.time())
 
 

@@ -302,7 +302,7 @@ class TaskPid(Wire):
 
 
 class LaunchRequest(Wire):
-    """Start tasks of a prepared run, and its watcher (op `launch`)."""
+    """Start tasks of a prepared run under its keeper (op `launch`)."""
 
     REQUIRED = ("workdir", "run_id")
 
@@ -313,23 +313,23 @@ class LaunchRequest(Wire):
 
 
 class LaunchAnswer(Wire):
-    """The tasks started, the run's watcher, and a claim not left (a warning)."""
+    """The tasks started, the run's keeper (keeper.py), and a claim not left (a warning)."""
 
     NESTED = {"tasks": (BY_NAME, TaskPid)}
 
     tasks: dict[str, TaskPid] = field(default_factory=dict)
-    watcher_pid: int | None = None
+    keeper_pid: int | None = None
     claim_warning: str | None = None
 
 
 class RestartLostAnswer(Wire):
-    """The lost tasks a host started again (op `restart_lost`), and its watcher."""
+    """The lost tasks a host started again (op `restart_lost`), and the run's keeper there."""
 
     NESTED = {"tasks": (BY_NAME, TaskPid)}
     WIRE_NAMES = {"host_restarted_at_s": "host_restarted_at"}
 
     tasks: dict[str, TaskPid] = field(default_factory=dict)
-    watcher_pid: int | None = None
+    keeper_pid: int | None = None
     host_restarted_at_s: float | None = None
     """When the host restarted, if that is how (some of) the tasks were lost."""
     claim_warning: str | None = None
@@ -408,6 +408,9 @@ class StatusAnswer(Wire):
     idle: dict[str, Any] | None = None
     """The run's GPUs idle under the lab policy there, once its owner was warned
     (agent/idlewatch.py `idle.json`: since, stop_at, below_util_pct, gpus), or None."""
+    taken_back: dict[str, Any] | None = None
+    """Tasks found running with no keeper there (theirs was killed), which this status read
+    had a new keeper take back (agent/keeper.py): tasks, keeper_pid, gone_pid; or None."""
 
     def __post_init__(self) -> None:
         if any(not isinstance(t, TaskRecord) for t in self.tasks):  # records given as data
@@ -862,7 +865,7 @@ class UpGo(Wire):
     waited: dict[str, StartState] = field(default_factory=dict)
     status: StatusAnswer | None = None
     pids: dict[str, TaskPid] | None = None
-    watcher_pid: int | None = None
+    keeper_pid: int | None = None
     claim_warning: str | None = None
     at: float | None = None
 

@@ -48,7 +48,7 @@ def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
         time.sleep(min(pause, max(0.0, deadline - time.time())))
         pause = min(pause * 1.5, 0.05)  # a probe costs ~0.1 ms: answer within 50 ms
     lost = [name for name, state in results.items() if state["state"] == "lost"]
-    if lost:  # seen between the supervisor's exit record and its exit: look once more
+    if lost:  # seen just before its keeper's exit record: look once more
         looked = wait_for_ports(run_dir, run_id, manifest, lost, 0.0)
         results.update(looked["tasks"])
         seen = looked["seen"]

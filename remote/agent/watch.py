@@ -1,10 +1,11 @@
-"""The run's watcher on each host: applies the end of the job there, with no client connected.
+"""The run's watch on each host: applies the end of the job there, with no client connected.
 
 Part of the agent program (`__init__.py`): stdlib only, Python >= 3.8, Linux, no tfctl imports.
 
-`launch` starts one watcher per run per host (detached, like the supervisors; `tfctl-watch` in
-`ps`). The manifest's `end` rule names the tasks whose end is the job's end (the chief; worker 0
-in the flags style; else every worker) with their addresses and ports. Each second the watcher
+The watch is the main thread of the run's keeper (keeper.py), the one process that also keeps
+the host's tasks; "the watcher" below is it. The manifest's `end` rule names the tasks whose
+end is the job's end (the chief; worker 0 in the flags style; else every worker) with their
+addresses and ports. Each second the watcher
 looks at those tasks: on its own host through their exit records, on the other hosts through
 their task ports — TensorFlow's ports are reachable between the hosts anyway, so no SSH between
 hosts is needed, and a host the client cannot reach still ends its part. A remote port counts as
@@ -42,24 +43,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import signal
 import time
 from typing import Any
 
 from tfctl.remote.agent.activity import start_activity
-from tfctl.remote.agent.boot import boot_record, from_other_boot
 from tfctl.remote.agent.claims import release_run
-from tfctl.remote.agent.detach import fork_detached
 from tfctl.remote.agent.idlewatch import IdleWatch
 from tfctl.remote.agent.jsonfile import now, read_json, write_json, write_json_when_room
 from tfctl.remote.agent.ledger import RunLedger
 from tfctl.remote.agent.notify import start_notifier
-from tfctl.remote.agent.proc import same_process, start_ticks
 from tfctl.remote.agent.record import EventLog, GpuRecorder, ThroughputTail, space_of
 from tfctl.remote.agent.rundir import load_manifest, task_file
-from tfctl.remote.agent.state import SILENCE_FILE, WATCH_PID, stop_tasks
+from tfctl.remote.agent.state import SILENCE_FILE, stop_tasks
 
 WATCH_TICK_S = 1.0
 CLOSED_FOR_GOOD_S = 20.0
@@ -71,28 +68,11 @@ STOP_GRACE_S = 5.0
 UP_MARK = "up.json"
 
 
-def start_watcher(run_dir: str, run_id: str) -> int | None:
-    """Start the run's watcher on this host unless one already runs; its pid, or None."""
-    manifest = load_manifest(run_dir)
-    if not manifest.get("end"):
-        return None  # a run launched by an older client: its client applies the end
-    record = read_json(os.path.join(run_dir, WATCH_PID)) or {}
-    if not from_other_boot(record) and same_process(record.get("pid"), record.get("start_ticks")):
-        return int(record["pid"])  # (a watcher of an earlier boot ended with it: start one)
-    log = os.path.join(run_dir, "watch.log")
-    return fork_detached(functools.partial(watch_run, run_dir, run_id), log)
-
-
-def watch_run(run_dir: str, run_id: str) -> int:
-    try:
-        with open("/proc/self/comm", "w") as comm:
-            comm.write("tfctl-watch")
-    except OSError:
-        pass  # only cosmetic
-    me = os.getpid()
-    signal.signal(signal.SIGTERM, _stop_watching)
-    write_json(os.path.join(run_dir, WATCH_PID), dict(boot_record(), pid=me,
-                                                      start_ticks=start_ticks(me)))
+def watch_job(run_dir: str, run_id: str, wake: Any = None) -> None:
+    """Watch the job's end on this host and apply it (the keeper's main thread, keeper.py);
+    returns once the end is applied, or once this host's tasks all ended otherwise (`tfctl
+    down`, the lab policy's idle rule). `wake` (a threading.Event the keeper sets at each
+    task's end) brings the next look forward."""
     manifest = load_manifest(run_dir)
     local = [t["name"] for t in manifest.get("tasks", [])]
     recorder, events = GpuRecorder(run_dir, run_id), EventLog(run_dir, local)
@@ -106,7 +86,7 @@ def watch_run(run_dir: str, run_id: str) -> int:
     activity = start_activity(run_dir, manifest)  # a notebook session's kernels (activity.py)
     stopped = told = False
     try:
-        cause = watch_until_end(run_dir, manifest, local, recorder, events, speed, idle)
+        cause = watch_until_end(run_dir, manifest, local, recorder, events, speed, idle, wake)
         if cause is not None:
             code = decider_exit_code(run_dir, manifest)
             events.write({"event": "end", "cause": cause, "exit_code": code})
@@ -132,21 +112,18 @@ def watch_run(run_dir: str, run_id: str) -> int:
             # (no up mark: a rollback, the `up`'s own failure, said at its terminal)
             start_notifier(run_dir, manifest, "stopped", idle.stopped or
                            "stopped by `tfctl down`", None)
-    return 0
 
 
 class StopWatching(BaseException):
-    """Raised in the watcher by SIGTERM, which `stop_tasks` sends when it stops a whole run (a
-    BaseException, like KeyboardInterrupt, so no `except Exception` on the way swallows it)."""
-
-
-def _stop_watching(signum: int, frame: Any) -> None:
-    raise StopWatching
+    """Raised in the keeper by SIGTERM once none of its tasks runs, which `stop_tasks` sends
+    when it stops a whole run (a BaseException, like KeyboardInterrupt, so no `except
+    Exception` on the way swallows it)."""
 
 
 def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
                     recorder: GpuRecorder, events: EventLog,
-                    speed: ThroughputTail, idle: IdleWatch | None = None) -> str | None:
+                    speed: ThroughputTail, idle: IdleWatch | None = None,
+                    wake: Any = None) -> str | None:
     """Why the job ended, or None when this host's tasks all ended otherwise (`tfctl down`,
     or the lab policy's idle rule, `idle`, which stops them here)."""
     judge = EndJudge(manifest["end"], manifest.get("host"), time.time())
@@ -173,7 +150,11 @@ def watch_until_end(run_dir: str, manifest: dict[str, Any], local: list[str],
         if launched and all(n in ended for n in launched) and (
                 len(launched) == len(local) or _any_stopped(run_dir, launched)):
             return None  # stopped by `tfctl down` or a rollback, or all ended by themselves
-        time.sleep(WATCH_TICK_S)
+        if wake is None:
+            time.sleep(WATCH_TICK_S)
+        else:
+            wake.wait(WATCH_TICK_S)
+            wake.clear()
 
 
 def ends_of_their_own(run_dir: str, ended: dict[str, dict[str, Any]]

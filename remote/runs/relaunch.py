@@ -38,7 +38,7 @@ class RestartResult:
     tasks: tuple[str, ...]
     host_restarted_at_s: float | None
     """When the host restarted, if that is how its tasks were lost."""
-    watcher_pid: int | None
+    keeper_pid: int | None
     states: Mapping[str, StartState]
     """Each task after the wait: listening or running, or how it ended, or `timeout`."""
 
@@ -78,5 +78,5 @@ def restart_lost(fleet: Fleet, run_id: str, host: str, tasks: Sequence[str] | No
     answer = agentops.restart_lost(t, t.host.workdir, run_id, tasks)
     names = tuple(sorted(answer.tasks))
     states = agentops.wait_ports(t, t.host.workdir, run_id, names, wait_s) if wait_s > 0 else {}
-    return RestartResult(run_id, host, names, answer.host_restarted_at_s, answer.watcher_pid,
+    return RestartResult(run_id, host, names, answer.host_restarted_at_s, answer.keeper_pid,
                          states)

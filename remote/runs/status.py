@@ -96,6 +96,9 @@ class RunStatus:
     idle: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """host → the run's GPUs there idle under the lab policy, its owner warned (since, stop_at;
     agent/idlewatch.py): the run stops there at `stop_at` unless it is used again."""
+    taken_back: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """host → the tasks this read found running with no keeper there (theirs was killed) and had
+    a new keeper take back: tasks, keeper_pid, gone_pid (agent/keeper.py)."""
     group: bool = False
     """The workers are one process group's ranks (torch, jax: `Framework.one_group`): the
     failure of any ends the job, as a chief's would."""
@@ -159,9 +162,12 @@ def status_from(job: Job, run_id: str, answers: Mapping[str, agentops.StatusAnsw
     silences: list[Silence] = []
     records: dict[str, Mapping[str, Any]] = {}
     idle: dict[str, Mapping[str, Any]] = {}
+    taken_back: dict[str, Mapping[str, Any]] = {}
     for host, answer in answers.items():
         if answer.idle:
             idle[host] = answer.idle
+        if answer.taken_back:
+            taken_back[host] = answer.taken_back
         finished = finished or answer.finished
         tasks += [task_from_agent(host, raw) for raw in answer.tasks]
         silences += silences_from(host, answer.silences)
@@ -171,7 +177,17 @@ def status_from(job: Job, run_id: str, answers: Mapping[str, agentops.StatusAnsw
     tasks.sort(key=lambda t: (order.get(t.type, 9), t.index))
     return RunStatus(run_id, tuple(tasks), dict(unreachable), finished,
                      acting_chief_of(job), asked_at, silences=tuple(silences),
-                     records_stopped=records, idle=idle, group=framework_of(job).one_group)
+                     records_stopped=records, idle=idle, taken_back=taken_back,
+                     group=framework_of(job).one_group)
+
+
+def taken_back_words(host: str, taken: Mapping[str, Any]) -> str:
+    """`on h2 the run's keeper (pid 812) was gone: ps:1, worker:1 run on, taken back by a new
+    keeper (pid 977)`: what a status read found and did (agent/keeper.py)."""
+    gone = f" (pid {taken['gone_pid']})" if taken.get("gone_pid") else ""
+    new = f" (pid {taken['keeper_pid']})" if taken.get("keeper_pid") else ""
+    return (f"on {host} the run's keeper{gone} was gone: {', '.join(taken.get('tasks') or [])} "
+            f"run on, taken back by a new keeper{new}")
 
 
 def records_words(host: str, state: Mapping[str, Any]) -> str:

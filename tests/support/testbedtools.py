@@ -135,12 +135,12 @@ def examples_job_dir(tmp: Path, names: tuple[str, ...] = ("train.py", "evaluate.
 
 
 def task_pid(run_id: str, task: str) -> int | None:
-    """The task's own process (a tagged process that is not its supervisor), if it runs."""
+    """The task's own process (a tagged process that is not its keeper), if it runs."""
     for pid, env in processes_of_run(run_id).items():
         if env.get("TFCTL_TASK") != task:
             continue
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise":
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-keeper":
                 return pid
         except OSError:
             continue

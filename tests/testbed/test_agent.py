@@ -6,10 +6,12 @@ Every check of "nothing is left" scans /proc here, independently of the agent's 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,7 +187,7 @@ def test_task_gets_its_env_cwd_and_log(agent_dir: AgentDir, tmp_path: Path) -> N
     assert line == f"{run_id}|evaluator:0|1|x y|{tmp_path / 'sub'}"
     files = sorted(p.name for p in Path(agent_dir.workdir, ".tfctl", "runs", run_id).iterdir())
     assert files == ["evaluator-0.exit.json", "evaluator-0.log", "evaluator-0.pid.json",
-                     "manifest.json"]
+                     "keeper.lock", "keeper.log", "keeper.pid.json", "manifest.json"]
 
 
 def test_exit_code_and_last_lines_are_recorded(agent_dir: AgentDir) -> None:
@@ -212,6 +214,85 @@ def test_lost_when_task_and_supervisor_vanish(agent_dir: AgentDir) -> None:
     os.kill(status["supervisor_pid"], signal.SIGKILL)
     os.kill(status["pid"], signal.SIGKILL)
     assert agent_dir.wait_state(run_id, "worker:0", ("lost",))["state"] == "lost"
+
+
+def _keeper_of(agent_dir: AgentDir, run_id: str) -> int:
+    """The run's keeper, by its record; checked to be the process `ps` names `tfctl-keeper`."""
+    path = Path(agent_dir.workdir, ".tfctl", "runs", run_id, "keeper.pid.json")
+    pid = int(json.loads(path.read_text())["pid"])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "tfctl-keeper"
+    return pid
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid` (all of this machine's /proc)."""
+    found = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            found.add(int(name))
+    return found
+
+
+def test_a_run_on_a_host_is_its_tasks_and_one_keeper(agent_dir: AgentDir) -> None:
+    end = {"mode": "any", "deciders": [{"name": "worker:0", "host": "here"}]}
+    run_id = agent_dir.start([sh("ps:0", SLEEPER), sh("worker:0", SLEEPER),
+                              sh("worker:1", SLEEPER)], host="here", end=end)
+    states = {n: agent_dir.wait_state(run_id, n, ("running",)) for n in
+              ("ps:0", "worker:0", "worker:1")}
+    keeper = _keeper_of(agent_dir, run_id)
+    tasks = {s["pid"] for s in states.values()}
+    assert {s["supervisor_pid"] for s in states.values()} == {keeper}
+    assert _children(keeper) == tasks  # nothing else: no supervisor per task, no watcher
+    assert set(tagged(run_id)) == tasks
+    for state in states.values():  # each task leads its own group: a stop never hits the keeper
+        assert os.getpgid(state["pid"]) == state["pid"] == state["pgid"] != os.getpgid(keeper)
+    ok("stop", workdir=agent_dir.workdir, run_id=run_id, grace_s=1.0)
+    assert not tagged(run_id)
+    assert wait_for(lambda: not Path(f"/proc/{keeper}").exists() or
+                    "zombie" in Path(f"/proc/{keeper}/status").read_text())
+
+
+TALKER = "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.05; done"
+"""A task that writes a line every 50 ms for as long as it runs."""
+
+
+def test_a_killed_keeper_loses_no_task_and_the_next_status_takes_them_back(
+        agent_dir: AgentDir) -> None:
+    run_id = agent_dir.start([sh("worker:0", TALKER), sh("worker:1", SLEEPER)])
+    first = agent_dir.wait_state(run_id, "worker:0", ("running",))
+    agent_dir.wait_state(run_id, "worker:1", ("running",))
+    keeper = _keeper_of(agent_dir, run_id)
+    os.kill(keeper, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{keeper}/comm").exists() or
+             "zombie" in Path(f"/proc/{keeper}/status").read_text())
+    # No keeper relays worker:0 now: its writes fill the pipe, then wait; nothing fails.
+    before = agent_dir.log(run_id, "worker:0").count("\n")
+    time.sleep(0.5)
+    answer = ok("status", workdir=agent_dir.workdir, run_id=run_id, tail=1)
+    taken = answer["taken_back"]
+    assert taken["tasks"] == ["worker:0", "worker:1"] and taken["gone_pid"] == keeper
+    new = _keeper_of(agent_dir, run_id)
+    assert new not in (keeper, None) and taken["keeper_pid"] == new
+    tasks = {t["name"]: t for t in answer["tasks"]}
+    assert tasks["worker:0"]["pid"] == first["pid"] and tasks["worker:0"]["state"] == "running"
+    assert {t["supervisor_pid"] for t in tasks.values()} == {new}
+    assert ok("status", workdir=agent_dir.workdir, run_id=run_id)["taken_back"] is None
+    # What it wrote while no keeper ran reached its log, in order, and it goes on.
+    wait_for(lambda: agent_dir.log(run_id, "worker:0").count("\n") > before + 20)
+    lines = [line for line in agent_dir.log(run_id, "worker:0").splitlines()
+             if line.startswith("line ")]
+    assert [int(line.split()[1]) for line in lines] == list(range(1, len(lines) + 1))
+    assert "taken back by a new keeper" in agent_dir.log(run_id, "worker:0")
+    os.kill(first["pid"], signal.SIGTERM)  # its end is seen, its status unknown (not our child)
+    done = agent_dir.wait_state(run_id, "worker:0", ("exited", "killed"))
+    assert (done["state"], done["exit_code"], done["signal"]) == ("exited", None, None)
+    assert "its exit status is not known" in agent_dir.log(run_id, "worker:0")
+    ok("stop", workdir=agent_dir.workdir, run_id=run_id, grace_s=1.0)
+    assert not tagged(run_id)
 
 
 def test_restart_on_failure_counts_and_marks_the_log(agent_dir: AgentDir) -> None:

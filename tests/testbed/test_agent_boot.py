@@ -29,16 +29,27 @@ def _run_dir(agent_dir: AgentDir, run_id: str) -> Path:
     return Path(agent_dir.workdir, ".tfctl", "runs", run_id)
 
 
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie left to init counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def _reboot_records(agent_dir: AgentDir, run_id: str, names: list[str]) -> None:
     """What a host restart leaves: every process of the run gone, its records of that boot."""
     run_dir = _run_dir(agent_dir, run_id)
-    for name in names:
-        record_path = run_dir / (name.replace(":", "-") + ".pid.json")
-        record = json.loads(record_path.read_text())
-        for pid in (record["supervisor_pid"], record["pid"]):
-            os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not tagged(run_id))
-        record_path.write_text(json.dumps(dict(record, boot_id=EARLIER_BOOT)))
+    paths = [run_dir / (name.replace(":", "-") + ".pid.json") for name in names]
+    records = [json.loads(path.read_text()) for path in paths]
+    for keeper in {r["supervisor_pid"] for r in records}:  # first: it must not record the ends
+        os.kill(keeper, signal.SIGKILL)
+        wait_for(lambda keeper=keeper: _gone(keeper))
+    for record in records:
+        os.kill(record["pid"], signal.SIGKILL)
+        wait_for(lambda record=record: _gone(record["pid"]))
+    for path, record in zip(paths, records):
+        path.write_text(json.dumps(dict(record, boot_id=EARLIER_BOOT)))
 
 
 def test_the_boot_is_read_from_proc() -> None:
@@ -135,12 +146,12 @@ def test_restart_lost_starts_the_watcher_of_the_run_again(agent_dir: AgentDir) -
     run_id = agent_dir.start([sh("worker:0", SLEEPER)], host="here", end=end)
     agent_dir.wait_state(run_id, "worker:0", ("running",))
     run_dir = _run_dir(agent_dir, run_id)
-    watcher = json.loads((run_dir / "watch.pid.json").read_text())
+    watcher = json.loads((run_dir / "keeper.pid.json").read_text())
     assert watcher["boot_id"] == boot.boot_id()
     os.kill(watcher["pid"], signal.SIGKILL)
     _reboot_records(agent_dir, run_id, ["worker:0"])
-    (run_dir / "watch.pid.json").write_text(json.dumps(dict(watcher, boot_id=EARLIER_BOOT)))
+    (run_dir / "keeper.pid.json").write_text(json.dumps(dict(watcher, boot_id=EARLIER_BOOT)))
     answer = ok("restart_lost", workdir=agent_dir.workdir, run_id=run_id)
-    assert answer["watcher_pid"] not in (None, watcher["pid"])
-    again = json.loads((run_dir / "watch.pid.json").read_text())
-    assert (again["pid"], again["boot_id"]) == (answer["watcher_pid"], boot.boot_id())
+    assert answer["keeper_pid"] not in (None, watcher["pid"])
+    again = json.loads((run_dir / "keeper.pid.json").read_text())
+    assert (again["pid"], again["boot_id"]) == (answer["keeper_pid"], boot.boot_id())

@@ -148,7 +148,7 @@ def test_the_job_ends_on_a_full_host_and_is_recorded_once_there_is_room(  # type
         wait_until("h2's ps:1 stopped at the job's end", lambda: not alive(ps1), 90)
     except AssertionError as exc:
         files = {p.name: p.stat().st_size for p in run_dir.iterdir()}
-        raise AssertionError(f"{exc}; on h2: {files}\n{(run_dir / 'watch.log').read_text()}"
+        raise AssertionError(f"{exc}; on h2: {files}\n{(run_dir / 'keeper.log').read_text()}"
                              ) from None
     assert not (run_dir / "finished.json").exists()  # no room for it yet
     filler.unlink()

@@ -37,7 +37,7 @@ def _recorded(run_dir: Path) -> bool:
     if not (run_dir / "finished.json").exists():
         return False
     try:
-        pid = json.loads((run_dir / "watch.pid.json").read_text())["pid"]
+        pid = json.loads((run_dir / "keeper.pid.json").read_text())["pid"]
         return "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace")
     except (OSError, ValueError, KeyError):
         return True

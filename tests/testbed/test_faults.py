@@ -40,9 +40,9 @@ def tasks_of(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def pid_of(run_id: str, task: str) -> int | None:
-    """The task's own process (a tagged process that is not its supervisor)."""
+    """The task's own process (a tagged process that is not its keeper)."""
     pids = [pid for pid, env in processes_of_run(run_id).items() if env.get("TFCTL_TASK") == task
-            and _comm(pid) not in ("tfctl-supervise", None)]
+            and _comm(pid) not in ("tfctl-keeper", None)]
     return pids[0] if len(pids) == 1 else None
 
 

@@ -58,7 +58,7 @@ def hostile(canaries: list[Path], newline: bool = True) -> str:
 
 def tasks_on_hosts(run_id: str) -> dict[str, int]:
     return {env["TFCTL_TASK"]: pid for pid, env in processes_of_run(run_id).items()
-            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-supervise"}
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "tfctl-keeper"}
 
 
 def started_tasks(run_id: str, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -29,28 +29,28 @@ QUICK_END = {"TFCTL_CLOSED_FOR_GOOD_S": "3"}
 default, remote/runs/endrule.py), which is what these tests wait for."""
 
 
-def _watchers(testbed, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
-    """The run's watchers still alive (all lab hosts share this machine's /proc). A watcher
+def _keepers(testbed, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """The run's keepers still alive (all lab hosts share this machine's /proc). A keeper
     that has exited but is not yet reaped by init (a zombie) is gone."""
     alive = []
     for host in testbed.names:
-        record = testbed.host(host).workdir / ".tfctl" / "runs" / run_id / "watch.pid.json"
+        record = testbed.host(host).workdir / ".tfctl" / "runs" / run_id / "keeper.pid.json"
         pid = json.loads(record.read_text())["pid"]
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if comm == "tfctl-watch" and state not in ("Z", "X"):
+        if comm == "tfctl-keeper" and state not in ("Z", "X"):
             alive.append(pid)
     return alive
 
 
 def _until_gone(run_id: str, testbed, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
-    while processes_of_run(run_id) or _watchers(testbed, run_id):
+    while processes_of_run(run_id) or _keepers(testbed, run_id):
         if time.monotonic() > deadline:
-            raise AssertionError(f"left: {processes_of_run(run_id)} {_watchers(testbed, run_id)}")
+            raise AssertionError(f"left: {processes_of_run(run_id)} {_keepers(testbed, run_id)}")
         time.sleep(0.5)
 
 
@@ -113,11 +113,11 @@ def test_down_leaves_no_watcher_behind(testbed, tmp_path: Path, down_after) -> N
     up = tfctl(inv, "up")
     assert up.returncode == 0, up.stdout + up.stderr
     run_id = run_id_from(up.stdout)
-    assert len(_watchers(testbed, run_id)) == len(testbed.names)
+    assert len(_keepers(testbed, run_id)) == len(testbed.names)
     down = tfctl(inv, "down", "--grace", "1")
     assert down.returncode == 0, down.stdout + down.stderr
     # When `down` returns, nothing of the run is left: no task and no watcher on any host...
-    assert not processes_of_run(run_id) and _watchers(testbed, run_id) == []
+    assert not processes_of_run(run_id) and _keepers(testbed, run_id) == []
     # ...and each watcher still wrote its last records (the tasks' ends) before it went.
     for host in testbed.names:
         events = testbed.host(host).workdir / ".tfctl" / "runs" / run_id / "events.jsonl"

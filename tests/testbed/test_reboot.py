@@ -112,8 +112,8 @@ def test_a_restarted_host_is_lost_and_restart_brings_its_tasks_back(isolated_tes
         assert {n: s["state"] for n, s in done["states"].items()} == {
             "ps:1": "listening", "worker:1": "listening"}
         run_dir = testbed.host("h2").workdir / ".tfctl" / "runs" / run_id
-        watcher = json.loads((run_dir / "watch.pid.json").read_text())
-        assert (watcher["pid"], watcher["boot_id"]) == (done["watcher_pid"], boot.boot_id)
+        watcher = json.loads((run_dir / "keeper.pid.json").read_text())
+        assert (watcher["pid"], watcher["boot_id"]) == (done["keeper_pid"], boot.boot_id)
         assert {t["state"] for t in _tasks(inv).values()} == {"running"}
         twice = tfctl(inv, "restart", "h2")
         assert twice.returncode == 1 and "no task of run" in twice.stderr, twice.stderr

@@ -16,10 +16,10 @@ from tests.support.testbedtools import job_dir, processes_of_run, run_id_from, t
 JOB = {"script": "job.py", "style": "flags", "args": ["--steps=20"]}  # ~4 s
 
 
-def _watcher_alive(run_dir: Path) -> bool:
-    """The run's watcher (`watch.pid.json`) still runs on this host."""
+def _keeper_alive(run_dir: Path) -> bool:
+    """The run's keeper (`keeper.pid.json`) still runs on this host."""
     try:
-        pid = json.loads((run_dir / "watch.pid.json").read_text())["pid"]
+        pid = json.loads((run_dir / "keeper.pid.json").read_text())["pid"]
     except (OSError, ValueError, KeyError):
         return False
     try:
@@ -40,7 +40,7 @@ def test_gpu_samples_owners_and_events_are_recorded(gpu_testbed, tmp_path: Path,
     deadline = time.monotonic() + 90
     run_dir = testbed.host("h1").workdir / ".tfctl" / "runs" / run_id
     while processes_of_run(run_id) or not (run_dir / "finished.json").exists() or \
-            _watcher_alive(run_dir):  # its last look writes the last events
+            _keeper_alive(run_dir):  # its last look writes the last events
         assert time.monotonic() < deadline, processes_of_run(run_id)
         time.sleep(0.5)
     gpus = json.loads((run_dir / "gpus.json").read_text())

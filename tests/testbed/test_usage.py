@@ -45,7 +45,7 @@ def _watcher_gone(run_dir: Path) -> bool:
     """The run's watcher on the host has ended (it writes the ledger's last count on its way
     out)."""
     try:
-        pid = json.loads((run_dir / "watch.pid.json").read_text())["pid"]
+        pid = json.loads((run_dir / "keeper.pid.json").read_text())["pid"]
         return "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace")
     except (OSError, ValueError, KeyError):
         return True

@@ -445,7 +445,7 @@ class TfctlApp(App[None]):
         names = ", ".join(t.name for t in lost)
         at = next((t.host_restarted_at_s for t in lost if t.host_restarted_at_s), None)
         why = (f"{lost[0].host} restarted at {clock_hms(at)}" if at is not None
-               else "its supervisor is gone")
+               else "it and its keeper are gone")
         self._confirm(f"Start {names} again?\nLost ({why}): started again in run "
                       f"{self.board.run_id} with the same command, environment, mask and port, "
                       "from its last checkpoint where the trainer restores one.",

@@ -421,7 +421,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
             click.echo(json.dumps({"run_id": None, "source": None, "job_ended": False,
                                    "exit_code": None, "fatal": None, "stopped": [],
                                    "unreachable": {}, "silences": [], "records_stopped": {},
-                                   "idle": {}, "tasks": []}, indent=2))
+                                   "idle": {}, "taken_back": {}, "tasks": []}, indent=2))
             return
         click.echo("no run yet: start one with `tfctl up`")
         return
@@ -437,6 +437,7 @@ def status(ctx: click.Context, as_json: bool, run_id: str | None) -> None:
                                "silences": [s.to_json(time.time()) for s in st.silences],
                                "records_stopped": dict(st.records_stopped),
                                "idle": {h: dict(v) for h, v in st.idle.items()},
+                               "taken_back": {h: dict(v) for h, v in st.taken_back.items()},
                                "tasks": [_task_json(t, patterns) for t in st.tasks]}, indent=2))
         return
     kind = next((t.session for t in st.tasks if t.session), "")  # a notebook, a shell

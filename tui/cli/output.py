@@ -250,7 +250,7 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
     from rich.text import Text
 
     from tfctl.remote.lab.idle import idle_words
-    from tfctl.remote.runs.status import records_words
+    from tfctl.remote.runs.status import records_words, taken_back_words
 
     table = Table(show_edge=False, pad_edge=False)
     for col in ("task", "host", "pid", "state", "up", "restarts", "steps/s", "last line"):
@@ -272,6 +272,8 @@ def status_table(st: RunStatus, patterns: Sequence[str] = ()) -> None:
         secho(silence.words(time.time()), fg="yellow")
     for host, state in st.records_stopped.items():
         secho(records_words(host, state), fg="yellow")
+    for host, taken in st.taken_back.items():
+        secho(taken_back_words(host, taken), fg="yellow")
     for host, state in st.idle.items():  # warned by the lab's policy: stopped unless used
         secho(idle_words(host, state, time.time()), fg="yellow")
     _say_lost_to_restarts(st)

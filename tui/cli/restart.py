@@ -91,8 +91,8 @@ def _say_restart(result: RestartResult) -> None:
             secho(f"{name} on {result.host}: {how}", err=True, fg="red")
             for line in state.last_lines[-10:]:
                 echo(f"  {name} | {line}", err=True)
-    if result.watcher_pid is not None:
-        echo(f"the run's watcher on {result.host} runs (pid {result.watcher_pid})")
+    if result.keeper_pid is not None:
+        echo(f"the run's keeper on {result.host} runs (pid {result.keeper_pid})")
 
 
 def _restart_json(result: RestartResult) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def _restart_json(result: RestartResult) -> dict[str, Any]:
     at = result.host_restarted_at_s
     return {"run_id": result.run_id, "host": result.host, "tasks": list(result.tasks),
             "host_restarted_at": iso_time(at) if at is not None else None,
-            "host_restarted_at_s": at, "watcher_pid": result.watcher_pid,
+            "host_restarted_at_s": at, "keeper_pid": result.keeper_pid,
             "started": result.started,
             "states": {n: {"state": s.state, "port": s.port, "exit_code": s.exit_code,
                            "signal": s.signal, "error": s.error}

@@ -19,7 +19,7 @@ AGENT_FILES = ("wire.py", "wirerecord.py", "vocab.py", "proc.py", "jsonfile.py",
                "tasklog.py", "detach.py", "netroute.py", "supervisor.py", "state.py", "sync.py",
                "wait.py", "tfprobe.py", "fwprobe.py", "freeports.py", "notify.py", "nvfields.py",
                "speed.py", "disk.py", "record.py", "claims.py", "policy.py", "energy.py",
-               "ledger.py", "recentuse.py", "activity.py", "idlewatch.py", "watch.py",
+               "ledger.py", "recentuse.py", "activity.py", "idlewatch.py", "watch.py", "keeper.py",
                "hostops.py", "runops.py", "up.py", "boot.py", "lost.py", "lab.py", "tickets.py",
                "optable.py")
 """The agent's files in the order they are joined: a file's top-level names (a record's base
