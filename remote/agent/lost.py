@@ -7,9 +7,9 @@ A task is lost when neither it nor its keeper runs and it never recorded its end
 because the host restarted under it (its records are of an earlier boot, `boot.py`), or because
 something killed it with its keeper. `restart_lost` starts such tasks again in the same run, from
 the manifest's records (the same argv, environment, GPU mask and port: the plan they were
-started with), their logs appended to, under the run's keeper (started again when it is gone,
-keeper.py), so that the job still ends on this host by its rule. A task that runs, ended, or was stopped by tfctl is
-refused, as is every task of a run that has ended: the host is the judge of what is lost, not
+started with), their logs appended to, under the run's keeper (started again when it is
+gone, keeper.py), so that the job still ends on this host by its rule. A task that runs, ended,
+or was stopped by tfctl is refused, as is every task of a run that has ended: the host is the judge of what is lost, not
 the client's last look.
 """
 

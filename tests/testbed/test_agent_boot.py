@@ -48,7 +48,7 @@ def _reboot_records(agent_dir: AgentDir, run_id: str, names: list[str]) -> None:
     for record in records:
         os.kill(record["pid"], signal.SIGKILL)
         wait_for(lambda record=record: _gone(record["pid"]))
-    for path, record in zip(paths, records):
+    for path, record in zip(paths, records, strict=True):
         path.write_text(json.dumps(dict(record, boot_id=EARLIER_BOOT)))
 
 
