@@ -19,7 +19,8 @@ lab, claims, reserve, release, gpu_state, the queue's tickets). What they use: `
 line markers, the version, `AgentError`), `rundir.py` (the run directory's layout),
 `jsonfile.py` (records on disk), `keeper.py`, `supervisor.py` and `tasklog.py` (the run's one
 process on a host, a task as one of its threads, and its log), `detach.py` (detached
-processes), and the modules named for what they read or keep (`proc.py`, `state.py`, `watch.py`, `claims.py`, ...).
+processes), and the modules named for what they read or keep (`proc.py`, `state.py`,
+`watch.py`, `claims.py`, ...).
 
 Rules for the agent's modules: stdlib only, Python >= 3.8, Linux (/proc), no tfctl imports (the
 `from tfctl...` lines are only for running the same code in-process and are cut from the

@@ -9,8 +9,8 @@ something killed it with its keeper. `restart_lost` starts such tasks again in t
 the manifest's records (the same argv, environment, GPU mask and port: the plan they were
 started with), their logs appended to, under the run's keeper (started again when it is
 gone, keeper.py), so that the job still ends on this host by its rule. A task that runs, ended,
-or was stopped by tfctl is refused, as is every task of a run that has ended: the host is the judge of what is lost, not
-the client's last look.
+or was stopped by tfctl is refused, as is every task of a run that has ended: the host is the
+judge of what is lost, not the client's last look.
 """
 
 from __future__ import annotations
