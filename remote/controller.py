@@ -268,7 +268,7 @@ class RunController:
 
     def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
         """Start again the lost tasks of host `target`, or the lost task `target`, in the
-        current run with their plan (argv, env, mask, port), and the host's watcher
+        current run with their plan (argv, env, mask, port), under the run's keeper there
         (remote/runs/relaunch.py). Raises `relaunch.NotRestartable` for a name that is no host
         or task of the run, LookupError without a run, RemoteError when the host refuses (the
         task is not lost, the run has ended) or cannot be reached, `EngineRefused` for a Slurm

@@ -21,7 +21,7 @@ from typing import Any
 from tfctl.remote.agent.boot import booted_at
 from tfctl.remote.agent.claims import claim_run
 from tfctl.remote.agent.jsonfile import now, read_json
-from tfctl.remote.agent.keeper import keep_tasks
+from tfctl.remote.agent.keeper import keep_tasks, take_back_orphans
 from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run_dir_of, task_file
 from tfctl.remote.agent.state import observe
 from tfctl.remote.agent.vocab import RestartLostAnswer, RunRef
@@ -59,7 +59,15 @@ def op_restart_lost(req: RunRef) -> RestartLostAnswer:
     workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     run_dir = run_dir_of(workdir, run_id)
     manifest = load_manifest(run_dir)
-    lost = lost_tasks(run_dir, run_id, manifest, req.tasks)
+    taken = take_back_orphans(run_dir, run_id, workdir, manifest)  # a killed keeper's tasks
+    try:
+        lost = lost_tasks(run_dir, run_id, manifest, req.tasks)
+    except AgentError as exc:
+        if taken is None or not (exc.kind == "nothing_lost" or exc.extra.get("task") in
+                                 taken["tasks"]):
+            raise
+        return RestartLostAnswer(keeper_pid=taken["keeper_pid"],
+                                 taken_back=tuple(taken["tasks"]))
     for name, obs in lost.items():
         why = (f"its host restarted at {_clock(obs['host_restarted_at'])}"
                if obs.get("host_restarted_at") else "it and its keeper are gone")
@@ -70,7 +78,7 @@ def op_restart_lost(req: RunRef) -> RestartLostAnswer:
     return RestartLostAnswer.from_wire(dict(
         kept, claim_warning=claim_run(run_dir, run_id, manifest, kept["keeper_pid"]),
         host_restarted_at=booted_at() if any(o.get("host_restarted_at") for o in lost.values())
-        else None))
+        else None, taken_back=tuple(taken["tasks"]) if taken else ()))
 
 
 def _clock(wall_s: float) -> str:

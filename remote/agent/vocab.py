@@ -333,6 +333,8 @@ class RestartLostAnswer(Wire):
     host_restarted_at_s: float | None = None
     """When the host restarted, if that is how (some of) the tasks were lost."""
     claim_warning: str | None = None
+    taken_back: tuple[str, ...] = ()
+    """Tasks found running with no keeper (theirs was killed), taken back by a new one."""
 
 
 class StartState(Wire):

@@ -142,15 +142,25 @@ class HostsEngine:
         agentops.launch(t, t.host.workdir, run.run_id, [task])
 
     def restart(self, target: str, wait_s: float | None = None) -> RestartResult:
-        from tfctl.remote.runs.relaunch import START_WAIT_S, restart_lost, target_of
+        from dataclasses import replace
+
+        from tfctl.remote.runs.relaunch import START_WAIT_S, RestartResult, restart_lost, target_of
 
         run = self._current(False)
         if run is None:
             raise LookupError("no run: start one with `tfctl up`")
         found = read_status(self.fleet, run.run_id, list(run.hosts))
         host, tasks = target_of(found, run.hosts, target)
-        return restart_lost(self.fleet, run.run_id, host, tasks,
-                            START_WAIT_S if wait_s is None else wait_s)
+        # The read itself has a new keeper take back the tasks a killed one left (agent/keeper.py)
+        taken = found.taken_back.get(host) or {}
+        taken_names = tuple(taken.get("tasks") or ())
+        lost = [t.name for t in found.tasks if t.host == host and t.state == "lost"]
+        if taken_names and not lost and (tasks is None or set(tasks) <= set(taken_names)):
+            return RestartResult(run.run_id, host, (), None, taken.get("keeper_pid"), {},
+                                 taken_names)
+        result = restart_lost(self.fleet, run.run_id, host, tasks,
+                              START_WAIT_S if wait_s is None else wait_s)
+        return replace(result, taken_back=taken_names + result.taken_back)
 
     def _task_host(self, run: CurrentRun, task: str) -> str:
         """Where the run placed `task`: its own record, since a run started on part of the hosts

@@ -41,6 +41,8 @@ class RestartResult:
     keeper_pid: int | None
     states: Mapping[str, StartState]
     """Each task after the wait: listening or running, or how it ended, or `timeout`."""
+    taken_back: tuple[str, ...] = ()
+    """Tasks that ran on with no keeper (theirs was killed), which a new keeper took back."""
 
     @property
     def started(self) -> bool:
@@ -79,4 +81,4 @@ def restart_lost(fleet: Fleet, run_id: str, host: str, tasks: Sequence[str] | No
     names = tuple(sorted(answer.tasks))
     states = agentops.wait_ports(t, t.host.workdir, run_id, names, wait_s) if wait_s > 0 else {}
     return RestartResult(run_id, host, names, answer.host_restarted_at_s, answer.keeper_pid,
-                         states)
+                         states, tuple(answer.taken_back))

@@ -5,7 +5,7 @@ The rule for a failed parameter server or chief (remote/runs/status.py): the job
 continue without its parameter servers"), stop the remaining ps, workers and chief, and report
 the failed task's status as the job's (137 for SIGKILL). A worker, evaluator or TensorBoard that
 dies is reported but does not end the job; with `restart: {worker: on-failure}` the worker's
-supervisor starts it again with the same argv, env and mask, appending to its log.
+keeper starts it again with the same argv, env and mask, appending to its log.
 """
 
 from __future__ import annotations
@@ -153,6 +153,55 @@ def test_worker_restarts_on_failure_with_same_argv_env_and_log(  # type: ignore[
     log = log_of(testbed, "h2", run_id, "worker:1")
     assert "(restart 3/3)" in log and "(restart 4/" not in log
     assert tasks_of(status_json(inv))["worker:0"]["state"] == "running"  # a worker is not fatal
+
+
+def _keeper(testbed: Any, host: str, run_id: str) -> int:
+    """The run's keeper on `host`, by its record, checked to be a live `tfctl-keeper`."""
+    record = testbed.host(host).workdir / ".tfctl" / "runs" / run_id / "keeper.pid.json"
+    pid = int(json.loads(record.read_text())["pid"])
+    assert _comm(pid) == "tfctl-keeper"
+    return pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_a_killed_keeper_loses_no_task_and_status_and_restart_take_them_back(  # type: ignore[no-untyped-def]
+        testbed, tmp_path: Path, up_run) -> None:
+    inv = testbed.write_inventory(job_dir(tmp_path) / "cluster.yaml", FOREVER_FLAGS,
+                                  hosts=["h1", "h2"], ps={"h2": 0})
+    run_id = up_run(inv).run_id
+    before = {t["name"]: t for t in status_json(inv)["tasks"]}
+    keeper = _keeper(testbed, "h2", run_id)
+    on_h2 = sorted(n for n, t in before.items() if t["host"] == "h2")
+    assert {before[n]["supervisor_pid"] for n in on_h2} == {keeper}  # one keeper for them all
+    os.kill(keeper, signal.SIGKILL)
+    wait_until("the keeper gone", lambda: _gone(keeper), 5, 0.05)
+    st = tfctl(inv, "status")
+    assert st.returncode == 0, st.stderr
+    said = " ".join((st.stdout + st.stderr).split())
+    assert f"on h2 the run's keeper (pid {keeper}) was gone: {', '.join(on_h2)} run on, " \
+           "taken back by a new keeper" in said, said
+    again = _keeper(testbed, "h2", run_id)
+    after = {t["name"]: t for t in status_json(inv)["tasks"]}
+    assert {n: (t["pid"], t["state"]) for n, t in after.items()} == {
+        n: (t["pid"], "running") for n, t in before.items()}  # the same processes, running
+    assert {after[n]["supervisor_pid"] for n in on_h2} == {again} != {keeper}
+    os.kill(again, signal.SIGKILL)  # `restart` takes them back too
+    wait_until("the second keeper gone", lambda: _gone(again), 5, 0.05)
+    done = tfctl(inv, "restart", "h2", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert (answer["taken_back"], answer["tasks"]) == (on_h2, [])
+    third = _keeper(testbed, "h2", run_id)
+    assert answer["keeper_pid"] == third not in (keeper, again)
+    assert tfctl(inv, "down", "--grace", "1").returncode == 0
+    assert processes_of_run(run_id) == {}
+    wait_until("the last keeper gone", lambda: _gone(third), 5, 0.05)
 
 
 def test_cut_host_named_unreachable_while_the_others_answer(  # type: ignore[no-untyped-def]

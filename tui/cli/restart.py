@@ -1,10 +1,11 @@
 """`tfctl restart HOST|TASK`: start again, in the same run, what a host's restart lost.
 
 The command is `RunController.restart` (remote/runs/relaunch.py): the host starts its lost tasks
-with their plan and its watcher, then the command waits for them to listen. Exit 0 when every
-task it started runs; 1 when the host refuses (the task runs, ended, was stopped, or the run has
-ended), cannot be reached, or a task it started died at once; 2 for a name that is no host or
-task of the run.
+with their plan under the run's keeper there, then the command waits for them to listen (tasks
+that ran on after their keeper was killed are taken back by a new keeper, and said). Exit 0
+when every task it started runs; 1 when the host refuses (the task runs, ended, was stopped, or
+the run has ended), cannot be reached, or a task it started died at once; 2 for a name that is
+no host or task of the run.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ def restart(ctx: click.Context, target: str, start_timeout_s: float, as_json: bo
 
     A host that rebooted mid-run shows its tasks as `lost (host restarted at T)` in `tfctl
     status`. HOST starts every lost task of that host, TASK (`worker:1`) only that one: the
-    same command, environment, GPU mask and port, the log appended to, the host's watcher
-    too, so a trainer that restores its checkpoint goes on from there and the job still ends
-    by its rule. A task that runs, ended or was stopped is refused.
+    same command, environment, GPU mask and port, the log appended to, under the run's
+    keeper there, so a trainer that restores its checkpoint goes on from there and the job still ends
+    by its rule. Tasks that ran on after their keeper was killed are taken back by a new
+    keeper. A task that runs, ended or was stopped is refused.
 
     \b
     Example:
@@ -80,7 +82,12 @@ def _say_restart(result: RestartResult) -> None:
 
     why = (f" (lost when {result.host} restarted at {clock_hms(result.host_restarted_at_s)})"
            if result.host_restarted_at_s is not None else "")
-    say(f"run {result.run_id}: started {', '.join(result.tasks)} on {result.host} again{why}")
+    if result.taken_back:
+        say(f"run {result.run_id}: the keeper on {result.host} was gone: "
+            f"{', '.join(result.taken_back)} ran on, taken back by a new keeper")
+    if result.tasks:
+        say(f"run {result.run_id}: started {', '.join(result.tasks)} on {result.host} "
+            f"again{why}")
     for name, state in result.states.items():
         if state.started:
             where = f"listening on {state.port}" if state.state == "listening" else state.state
@@ -102,6 +109,7 @@ def _restart_json(result: RestartResult) -> dict[str, Any]:
     return {"run_id": result.run_id, "host": result.host, "tasks": list(result.tasks),
             "host_restarted_at": iso_time(at) if at is not None else None,
             "host_restarted_at_s": at, "keeper_pid": result.keeper_pid,
+            "taken_back": list(result.taken_back),
             "started": result.started,
             "states": {n: {"state": s.state, "port": s.port, "exit_code": s.exit_code,
                            "signal": s.signal, "error": s.error}
