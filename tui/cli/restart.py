@@ -35,9 +35,9 @@ def restart(ctx: click.Context, target: str, start_timeout_s: float, as_json: bo
     A host that rebooted mid-run shows its tasks as `lost (host restarted at T)` in `tfctl
     status`. HOST starts every lost task of that host, TASK (`worker:1`) only that one: the
     same command, environment, GPU mask and port, the log appended to, under the run's
-    keeper there, so a trainer that restores its checkpoint goes on from there and the job still ends
-    by its rule. Tasks that ran on after their keeper was killed are taken back by a new
-    keeper. A task that runs, ended or was stopped is refused.
+    keeper there, so a trainer that restores its checkpoint goes on from there and the job
+    still ends by its rule. Tasks that ran on after their keeper was killed are taken back by
+    a new keeper. A task that runs, ended or was stopped is refused.
 
     \b
     Example:
