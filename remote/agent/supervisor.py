@@ -72,7 +72,7 @@ class OutputPipe:
 
     def __init__(self, path: str, fresh: bool) -> None:
         self.path = path
-        if fresh:
+        if fresh or not os.path.exists(path):  # (a task taken back that writes elsewhere)
             try:
                 if os.path.lexists(path):
                     os.unlink(path)
