@@ -21,7 +21,8 @@ Contenders (interleaved, rotating order, medians):
   threads      what tfctl does today: one thread per host in one interpreter (fleet.map)
   procsK       the hosts split over K forked worker processes, each with one thread per host
                of its share, each running the whole per-host step and returning its result
-  kex-nist     threads, key exchange ecdh-sha2-nistp256 first (paramiko's own default order)
+  kex-x25519   threads, curve25519 ahead of ecdh-sha2-nistp256 (paramiko's own order; tfctl
+               moves P-256 ahead of it: connection.kex_order)
   kex-dh14     threads, diffie-hellman-group14-sha256 (a finite-field exchange) only
   pdsh         `pdsh -f 32 -R ssh HOST true`: 16 OpenSSH clients, for scale
   lab          `tfctl --persist 0 lab` (the whole cold command) and pdsh running the same
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    BASELINE,
     PYTHON,
     arguments,
     light_job_dir,
@@ -58,7 +60,7 @@ from _common import (
 )
 
 PHASES = ("build", "tcp", "banner", "kex", "hostkey", "auth", "session", "agent")
-CONTENDERS = ("threads", "procs2", "procs4", "kex-nist", "kex-dh14", "pdsh", "lab", "pdsh-lab")
+CONTENDERS = ("threads", "procs2", "procs4", "kex-x25519", "kex-dh14", "pdsh", "lab", "pdsh-lab")
 
 
 # ------------------------------------------------------------------------- the child's side
@@ -72,7 +74,7 @@ class Clock:
         self.host_of: dict[int, str] = {}  # id(socket or Transport) -> host name
         self.lock = threading.Lock()
         self.caller_cpu: list[float] = []  # each host's calling thread's CPU at its answer
-        self.transport_cpu: list[float] = []  # each paramiko Transport thread's, at its end
+        self.transport_tids: list[int] = []  # each paramiko Transport thread's
 
     def mark(self, host: str | None, name: str) -> None:
         if host is not None:
@@ -137,11 +139,9 @@ def instrument(clock: Clock) -> None:
     original_run = paramiko.Transport.run
 
     def run(self: Any) -> None:
-        try:
-            profiled(original_run, self)
-        finally:
-            with clock.lock:
-                clock.transport_cpu.append(time.thread_time())
+        with clock.lock:
+            clock.transport_tids.append(threading.get_native_id())
+        profiled(original_run, self)
     paramiko.Transport.run = run  # type: ignore[method-assign]
 
     original_pipe = ssh.SshTransport.open_pipe
@@ -181,6 +181,14 @@ def print_profile() -> None:
     stats.sort_stats("cumulative").print_stats(45)
 
 
+def on_cpu_s(tid: int) -> float:
+    """CPU time of thread `tid` of this process so far (schedstat: nanoseconds)."""
+    try:
+        return int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def one_share(inventory: Any, names: list[str], clock: Clock) -> dict[str, Any]:
     """Connect to `names` (one thread each), one agent request each; phases and CPU."""
     from tfctl.remote.connect.fleet import Fleet
@@ -199,11 +207,12 @@ def one_share(inventory: Any, names: list[str], clock: Clock) -> dict[str, Any]:
         result = fleet.map(step, names)
         wall = time.monotonic() - start
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        transports_s = sum(on_cpu_s(tid) for tid in clock.transport_tids)
     if result.failed:
         raise SystemExit(f"{next(iter(result.failed.values()))}")
     return {"wall_s": wall,
             "cpu_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
-            "caller_cpu_s": sum(clock.caller_cpu), "transport_cpu_s": sum(clock.transport_cpu),
+            "caller_cpu_s": sum(clock.caller_cpu), "transport_cpu_s": transports_s,
             "marks": dict(clock.marks)}
 
 
@@ -216,9 +225,10 @@ def child(mode: str, inv: str) -> None:
     inventory = load_inventory(Path(inv))
     for h in inventory.hosts:
         by_address[(h.address, h.port)] = h.name
-    if mode == "kex-nist":
-        paramiko.Transport._preferred_kex = tuple(  # type: ignore[misc]
-            sorted(paramiko.Transport._preferred_kex, key=lambda k: not k.startswith("ecdh")))
+    if mode == "kex-x25519":  # paramiko's own order: curve25519 ahead of P-256
+        from tfctl.remote.connect import connection
+
+        connection.kex_order = tuple  # type: ignore[assignment]
     elif mode == "kex-dh14":
         paramiko.Transport._preferred_kex = ("diffie-hellman-group14-sha256",)  # type: ignore[misc]
     names = [h.name for h in inventory.hosts]
@@ -272,9 +282,9 @@ def all_busy_s() -> float:
 
 # ------------------------------------------------------------------------ the parent's side
 
-def run_child(mode: str, inv: Path) -> dict[str, Any]:
-    proc = subprocess.run([PYTHON, __file__, "--child", mode, str(inv)], capture_output=True,
-                          text=True, timeout=120)
+def run_child(mode: str, inv: Path, env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run([PYTHON, __file__, "--child", mode.removesuffix("-before"), str(inv)],
+                          capture_output=True, text=True, timeout=120, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{mode}: {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.splitlines()[-1])
@@ -297,7 +307,7 @@ def phase_table(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = arguments(__doc__, reps=5, hosts=16)
+    parser = arguments(__doc__, reps=5, hosts=16, baseline=BASELINE)
     parser.add_argument("--only", help="comma-separated contenders (default: all)")
     parser.add_argument("--child", nargs=2, help=argparse_hidden())
     parser.add_argument("--profile", metavar="MODE",
@@ -311,6 +321,8 @@ def main() -> int:
         raise SystemExit("needs root: the network-namespace testbed")
     need_pdsh()
     chosen = args.only.split(",") if args.only else list(CONTENDERS)
+    if args.baseline:  # the same, under the other tree
+        chosen += [f"{m}-before" for m in chosen if m in ("threads", "lab")]
     print(machine_line())
     from _pdsh import pdsh_envs
     from lab_view import BY_HAND
@@ -320,6 +332,8 @@ def main() -> int:
         spec = {"script": "job.py", "style": "tf_config"}
         inv = testbed.write_inventory(job / "cluster.yaml", spec)
         cold = dict(os.environ, TFCTL_PERSIST="0", XDG_RUNTIME_DIR=runtime)
+        before = dict(cold, PYTHONPATH=str(Path(args.baseline).resolve())) if args.baseline \
+            else cold
         timed(tfctl_argv(inv, "lab"), env=cold).check("lab")  # the agent installed, untimed
         plain, _ = pdsh_envs(testbed, runtime)
         hosts = ",".join(h.address for h in testbed.hosts)
@@ -333,14 +347,15 @@ def main() -> int:
             return 0
         for rep in range(args.reps):
             for mode in chosen[rep % len(chosen):] + chosen[:rep % len(chosen)]:
-                if mode in ("pdsh", "pdsh-lab", "lab"):
-                    argv = (tfctl_argv(inv, "lab") if mode == "lab" else
+                env = before if mode.endswith("-before") else cold
+                if mode in ("pdsh", "pdsh-lab", "lab", "lab-before"):
+                    argv = (tfctl_argv(inv, "lab") if mode.startswith("lab") else
                             [*pdsh, BY_HAND if mode == "pdsh-lab" else "true"])
-                    t = timed(argv, env=cold if mode == "lab" else plain).check(mode)
+                    t = timed(argv, env=plain if mode.startswith("pdsh") else env).check(mode)
                     runs[mode].append({"wall_s": t.wall_s, "cpu_s": t.cpu_s,
                                        "machine_s": t.machine_cpu_s})
                 else:
-                    runs[mode].append(run_child(mode, inv))
+                    runs[mode].append(run_child(mode, inv, env))
             print(f"  rep {rep + 1}: " + ", ".join(f"{k} {v[-1]['wall_s']:.3f}"
                                                    for k, v in runs.items()), flush=True)
         report(runs, args.hosts)
@@ -375,10 +390,10 @@ def report(runs: dict[str, list[dict[str, Any]]], hosts: int) -> None:
         firsts = sorted(m.get("auth", 0) for m in run["marks"].values())
         print(f"threads, one run: authenticated at {', '.join(f'{1000 * t:.0f}' for t in firsts)}"
               " ms")
-    if "lab" in runs and "pdsh-lab" in runs:
-        lab = median(v["wall_s"] for v in runs["lab"])
-        by_hand = median(v["wall_s"] for v in runs["pdsh-lab"])
-        print(f"cold lab ÷ pdsh (same queries): {ratio(lab, by_hand)}")
+    walls = {mode: median(v["wall_s"] for v in values) for mode, values in runs.items()}
+    for lab in ("lab", "lab-before"):
+        if lab in walls and "pdsh-lab" in walls:
+            print(f"cold {lab} ÷ pdsh (same queries): {ratio(walls[lab], walls['pdsh-lab'])}")
     if "threads" in runs:
         base = median(v["wall_s"] for v in runs["threads"])
         print(", ".join(f"{mode} {ratio(median(v['wall_s'] for v in values), base)}"

@@ -234,8 +234,14 @@ def test_each_hop_is_a_fabric_connection_checked_by_tfctls_policy(testbed, tmp_p
         assert isinstance(link.connection, fabric.Connection)
         (hop,) = link.hops
         assert isinstance(hop, fabric.Connection) and link.connection.gateway is hop
+        exchanges = link.connection.transport._kex_info  # paramiko's, by name
+        wanted = tuple(exchanges[n] for n in ("ecdh-sha2-nistp256", "mlkem768x25519-sha256")
+                       if n in exchanges)
         for conn in (hop, link.connection):  # Fabric's AutoAddPolicy replaced on every hop
             assert isinstance(conn.client._policy, VerifyingPolicy)
+            # tfctl's key-exchange order on every hop (connection.kex_order): P-256 ahead of
+            # X25519, which this sshd offers too; a hybrid post-quantum one where it has one
+            assert isinstance(conn.transport.kex_engine, wanted), conn.transport.kex_engine
     finally:
         transport.close()
 
