@@ -192,10 +192,11 @@ def kex_order(offered: Sequence[str]) -> tuple[str, ...]:
 
     Both are 128-bit elliptic-curve exchanges; the hybrid post-quantum ones paramiko lists
     first (mlkem768x25519-sha256) stay first, so a server that has one still uses it. Against
-    a server without one (OpenSSH before 9.9), P-256 costs the server less than X25519 (its
-    own curve25519 code where OpenSSL's P-256 is vectorised): on the 16-host lab (OpenSSH 9.2,
-    every sshd on the client's 2 cores) the key exchange took a median 35 ms per host against
-    68, the whole connect 0.84 of the time (benchmarks/README.md, handshake_options.py)."""
+    a server without one (OpenSSH before 9.9), P-256 costs the server less than X25519: sshd
+    computes X25519 with its own portable reference code (openssh/openssh-portable,
+    smult_curve25519_ref.c) and P-256 with OpenSSL's. Measured on the 16-host lab (OpenSSH
+    9.2, every sshd on the client's 2 cores): the key exchange's median per host 35 against
+    68 ms (benchmarks/README.md, handshake_options.py)."""
     order = list(offered)
     if "ecdh-sha2-nistp256" in order and "curve25519-sha256@libssh.org" in order:
         order.remove("ecdh-sha2-nistp256")
