@@ -21,8 +21,9 @@ Contenders (interleaved, rotating order, medians):
   threads      what tfctl does today: one thread per host in one interpreter (fleet.map)
   procsK       the hosts split over K forked worker processes, each with one thread per host
                of its share, each running the whole per-host step and returning its result
-  kex-x25519   threads, curve25519 ahead of ecdh-sha2-nistp256 (paramiko's own order; tfctl
-               moves P-256 ahead of it: connection.kex_order)
+  kex-nist     threads, ecdh-sha2-nistp256 offered just ahead of curve25519 (paramiko's own
+               order, which tfctl keeps, has X25519 first: OpenSSH's sshd before 9.9 agrees
+               on it; the post-quantum mlkem768x25519 stays first)
   kex-dh14     threads, diffie-hellman-group14-sha256 (a finite-field exchange) only
   pdsh         `pdsh -f 32 -R ssh HOST true`: 16 OpenSSH clients, for scale
   lab          `tfctl --persist 0 lab` (the whole cold command) and pdsh running the same
@@ -60,7 +61,7 @@ from _common import (
 )
 
 PHASES = ("build", "tcp", "banner", "kex", "hostkey", "auth", "session", "agent")
-CONTENDERS = ("threads", "procs2", "procs4", "kex-x25519", "kex-dh14", "pdsh", "lab", "pdsh-lab")
+CONTENDERS = ("threads", "procs2", "procs4", "kex-nist", "kex-dh14", "pdsh", "lab", "pdsh-lab")
 
 
 # ------------------------------------------------------------------------- the child's side
@@ -80,6 +81,13 @@ class Clock:
         if host is not None:
             with self.lock:
                 self.marks[host].setdefault(name, time.monotonic() - self.t0)
+
+
+def p256_first(offered: tuple[str, ...]) -> tuple[str, ...]:
+    """paramiko's key exchanges with ecdh-sha2-nistp256 moved just ahead of curve25519."""
+    order = [k for k in offered if k != "ecdh-sha2-nistp256"]
+    order.insert(order.index("curve25519-sha256@libssh.org"), "ecdh-sha2-nistp256")
+    return tuple(order)
 
 
 def instrument(clock: Clock) -> None:
@@ -225,10 +233,8 @@ def child(mode: str, inv: str) -> None:
     inventory = load_inventory(Path(inv))
     for h in inventory.hosts:
         by_address[(h.address, h.port)] = h.name
-    if mode == "kex-x25519":  # paramiko's own order: curve25519 ahead of P-256
-        from tfctl.remote.connect import connection
-
-        connection.kex_order = tuple  # type: ignore[assignment]
+    if mode == "kex-nist":
+        paramiko.Transport._preferred_kex = p256_first(paramiko.Transport._preferred_kex)
     elif mode == "kex-dh14":
         paramiko.Transport._preferred_kex = ("diffie-hellman-group14-sha256",)  # type: ignore[misc]
     names = [h.name for h in inventory.hosts]
@@ -310,6 +316,10 @@ def main() -> int:
     parser = arguments(__doc__, reps=5, hosts=16, baseline=BASELINE)
     parser.add_argument("--only", help="comma-separated contenders (default: all)")
     parser.add_argument("--child", nargs=2, help=argparse_hidden())
+    parser.add_argument("--kex-cpu", type=int, metavar="N",
+                        help="instead: N connections one after another to one host per key "
+                             "exchange (X25519, paramiko's first with this sshd, and P-256), "
+                             "alternating; the host's sshd CPU per connection")
     parser.add_argument("--profile", metavar="MODE",
                         help="one run of MODE with every thread under cProfile (CPU time), "
                              "the costliest functions printed")
@@ -339,6 +349,9 @@ def main() -> int:
         hosts = ",".join(h.address for h in testbed.hosts)
         pdsh = ["pdsh", "-f", "32", "-R", "ssh", "-l", testbed.user, "-w", hosts]
         runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        if args.kex_cpu:
+            kex_cpu(testbed, inv, args.kex_cpu, args.reps)
+            return 0
         if args.profile:
             env = dict(os.environ, HANDSHAKE_PROFILE="1")
             proc = subprocess.run([PYTHON, __file__, "--child", args.profile, str(inv)],
@@ -360,6 +373,46 @@ def main() -> int:
                                                    for k, v in runs.items()), flush=True)
         report(runs, args.hosts)
     return 0
+
+
+def kex_cpu(testbed: Any, inv: Path, n: int, rounds: int) -> None:
+    """The CPU one connection (handshake, auth, close) costs the host's sshd (everything the
+    listener has reaped: /proc/PID/stat cutime+cstime) and this client, per key exchange."""
+    from tfctl.inventory.load import load_inventory
+    from tfctl.remote.connect._paramiko import paramiko
+    from tfctl.remote.connect.ssh import SshTransport
+
+    host = load_inventory(inv).hosts[0]
+    listener = testbed.sshd_pid(host.name)
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def reaped_s() -> float:
+        fields = Path(f"/proc/{listener}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / tick
+
+    ours = paramiko.Transport._preferred_kex
+    orders = {"x25519 (paramiko's)": ours, "p256 first": p256_first(ours)}
+    sshd: dict[str, list[float]] = defaultdict(list)
+    client: dict[str, list[float]] = defaultdict(list)
+    for _ in range(rounds):
+        for name, order in orders.items():
+            paramiko.Transport._preferred_kex = order  # type: ignore[misc]
+            before, own = reaped_s(), resource.getrusage(resource.RUSAGE_SELF)
+            for _ in range(n):
+                transport = SshTransport(host)
+                transport.connection()
+                transport.close()
+            time.sleep(0.3)  # the last connection's sshd reaped
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            sshd[name].append(1000 * (reaped_s() - before) / n)
+            client[name].append(1000 * ((after.ru_utime - own.ru_utime)
+                                        + (after.ru_stime - own.ru_stime)) / n)
+    paramiko.Transport._preferred_kex = ours  # type: ignore[misc]
+    print(f"CPU per connection to one host, ms (median of {rounds} rounds of {n}; sshd: its "
+          "listener's reaped children, ~10 ms clock ticks spread over the round):")
+    for name in orders:
+        print(f"  {name:20s} sshd {median(sshd[name]):6.1f}   client {median(client[name]):6.1f}"
+              f"   (rounds: {', '.join(f'{v:.1f}' for v in sshd[name])})")
 
 
 def argparse_hidden() -> str:

@@ -24,7 +24,6 @@ import errno
 import functools
 import os
 import socket
-from collections.abc import Sequence
 from typing import Any
 
 import fabric
@@ -135,8 +134,8 @@ class HostConnection(fabric.Connection):
         self.plain = plain
         self.client.set_missing_host_key_policy(VerifyingPolicy(
             host.name, self.known, options.accept_new_host_keys, self.key_name, cas, files))
-        self.connect_kwargs["transport_factory"] = functools.partial(
-            new_transport, certificates=bool(cas and not plain))
+        if cas and not plain:
+            self.connect_kwargs["transport_factory"] = certificates_first
         certified = certified_key(target)
         if certified is not None:
             self.connect_kwargs["pkey"] = certified
@@ -176,32 +175,6 @@ class HostConnection(fabric.Connection):
             return self.transport.open_session(timeout=self.connect_timeout)
         except (paramiko.SSHException, EOFError, OSError, AttributeError) as exc:
             raise SessionNotOpened(str(exc) or type(exc).__name__) from None
-
-
-def new_transport(sock: Any, *, certificates: bool, **kwargs: Any) -> paramiko.Transport:
-    """paramiko's Transport for one hop, with tfctl's key-exchange order (`kex_order`); asking
-    for host certificates first where only a @cert-authority line knows the host."""
-    transport: Any = (certificates_first(sock, **kwargs) if certificates
-                      else paramiko.Transport(sock, **kwargs))
-    transport._preferred_kex = kex_order(transport._preferred_kex)
-    return transport
-
-
-def kex_order(offered: Sequence[str]) -> tuple[str, ...]:
-    """paramiko's key exchanges, ecdh-sha2-nistp256 moved just ahead of curve25519.
-
-    Both are 128-bit elliptic-curve exchanges; the hybrid post-quantum ones paramiko lists
-    first (mlkem768x25519-sha256) stay first, so a server that has one still uses it. Against
-    a server without one (OpenSSH before 9.9), P-256 costs the server less than X25519: sshd
-    computes X25519 with its own portable reference code (openssh/openssh-portable,
-    smult_curve25519_ref.c) and P-256 with OpenSSL's. Measured on the 16-host lab (OpenSSH
-    9.2, every sshd on the client's 2 cores): the key exchange's median per host 35 against
-    68 ms (benchmarks/README.md, handshake_options.py)."""
-    order = list(offered)
-    if "ecdh-sha2-nistp256" in order and "curve25519-sha256@libssh.org" in order:
-        order.remove("ecdh-sha2-nistp256")
-        order.insert(order.index("curve25519-sha256@libssh.org"), "ecdh-sha2-nistp256")
-    return tuple(order)
 
 
 def certified_key(target: Target) -> paramiko.PKey | None:

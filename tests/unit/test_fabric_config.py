@@ -97,18 +97,3 @@ def test_a_write_into_the_shared_config_raises_with_its_key_and_is_never_merged(
     finally:
         fabric_config.cache_clear()  # the next test's config as built
     assert fabric_config() is not config and fabric_config().timeouts.connect is None
-
-
-def test_the_key_exchange_order_puts_p256_before_x25519_and_keeps_post_quantum_first() -> None:
-    from tfctl.remote.connect._paramiko import paramiko
-    from tfctl.remote.connect.connection import kex_order
-
-    offered = ("mlkem768x25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nistp256",
-               "ecdh-sha2-nistp384", "diffie-hellman-group14-sha256")
-    assert kex_order(offered) == (
-        "mlkem768x25519-sha256", "ecdh-sha2-nistp256", "curve25519-sha256@libssh.org",
-        "ecdh-sha2-nistp384", "diffie-hellman-group14-sha256")
-    without = ("curve25519-sha256@libssh.org", "diffie-hellman-group14-sha256")
-    assert kex_order(without) == without  # nothing to move: paramiko's order as it is
-    ours = kex_order(paramiko.Transport._preferred_kex)
-    assert sorted(ours) == sorted(paramiko.Transport._preferred_kex)  # none added or dropped
