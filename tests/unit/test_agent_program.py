@@ -149,7 +149,7 @@ def test_an_agent_start_imports_no_module_it_does_not_need(tmp_path: Path) -> No
 def test_the_payload_is_built_once_when_every_host_thread_asks_at_once() -> None:
     """A cold command's fleet threads all ask for the agent program at the same moment: one of
     them builds it and its compressed line, the others wait for it and share it (built per
-    thread, it cost a 16-host command ~0.4 s of the interpreter lock)."""
+    thread, it held the interpreter lock up to 16 times as long)."""
     import threading
 
     from tfctl.remote.connect.session import agentclient

@@ -140,9 +140,10 @@ _building = threading.Lock()
 
 def _built_once(build: Any, *args: Any) -> Any:
     """`build(*args)`, computed by one thread of the process and kept: a cold command's fleet
-    threads all ask for the payload at once, and an `lru_cache` lets every one of them build it
-    while none has finished (the program assembled and compressed per host: ~25 ms of CPU each,
-    16 hosts ~0.4 s of the one interpreter lock before any handshake could go on)."""
+    threads all ask for the payload at the same moment, and an `lru_cache` lets every thread
+    that calls before the first call returns build it too (~12 ms to join the program before
+    connecting, ~14 ms to compress it at the boot, each holding the interpreter lock: on 16
+    hosts it cost a cold connect 60-230 ms of the client's CPU, benchmarks/README.md)."""
     key = (build, *args)
     with _building:
         if key not in _built:
