@@ -217,7 +217,7 @@ def _disk_put(key: str, found: Settings) -> None:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
-            json.dump(table, fh)
+            fh.write(json.dumps(table))  # C's encoder: `json.dump` to a file runs Python's
         os.replace(tmp, path)
     except OSError:
         return  # a cache that cannot be written is no error

@@ -144,3 +144,32 @@ def test_an_agent_start_imports_no_module_it_does_not_need(tmp_path: Path) -> No
                             "_json, __future__; print(' '.join(sys.modules))"],
                            capture_output=True, text=True, check=True).stdout.split()
     assert set(done.stderr.decode().split()) - set(floor) == set()
+
+
+def test_the_payload_is_built_once_when_every_host_thread_asks_at_once() -> None:
+    """A cold command's fleet threads all ask for the agent program at the same moment: one of
+    them builds it and its compressed line, the others wait for it and share it (built per
+    thread, it held the interpreter lock up to 16 times as long)."""
+    import threading
+
+    from tfctl.remote.connect.session import agentclient
+
+    agentclient._built.clear()
+    agent_source.cache_clear()  # the build takes its whole time again: the window to race in
+    start = threading.Barrier(16)
+    got: list[tuple[object, bytes]] = []
+
+    def ask() -> None:
+        start.wait()
+        found = agentclient.payload()
+        got.append((found, found.line))
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(got) == 16
+    assert len({id(found) for found, _ in got}) == 1
+    assert len({id(line) for _, line in got}) == 1
+    assert got[0][1] == agentclient._compressed(got[0][0].program)  # type: ignore[attr-defined]
