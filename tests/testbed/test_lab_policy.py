@@ -320,7 +320,9 @@ def test_real_shell_sessions_an_idle_one_stopped_a_busy_one_not(
         assert ended["ended"].startswith("stopped as idle by the lab's policy: GPU "), ended
         idle_pane.wait("the idle shell's end", lambda s: "tfctl-exit=" in s, timeout_s=60)
         assert not processes_of_run(idle)
-        assert not list(gpu_testbed.claims_dir("h1").glob(f"*.run.{idle}.json"))
+        # The claim goes as the keeper's last act, once its tasks' ends are recorded.
+        wait_until("the idle session's claim released", lambda: not list(
+            gpu_testbed.claims_dir("h1").glob(f"*.run.{idle}.json")), 30)
         status = json.loads(tfctl(inv, "status", "--run", busy, "--json").stdout)
         assert [(t["state"], t["session"]) for t in status["tasks"]] == [("running", "shell")]
         assert status["idle"] == {}
