@@ -256,6 +256,20 @@ def test_a_run_on_a_host_is_its_tasks_and_one_keeper(agent_dir: AgentDir) -> Non
                     "zombie" in Path(f"/proc/{keeper}/status").read_text())
 
 
+def test_a_task_started_again_joins_the_live_keeper(agent_dir: AgentDir) -> None:
+    run_id = agent_dir.start([sh("worker:0", SLEEPER), sh("worker:1", SLEEPER)])
+    first = agent_dir.wait_state(run_id, "worker:1", ("running",))
+    keeper = _keeper_of(agent_dir, run_id)
+    ok("stop", workdir=agent_dir.workdir, run_id=run_id, tasks=["worker:1"], grace_s=1.0)
+    assert agent_dir.status(run_id)["worker:1"]["state"] == "stopped"
+    assert _keeper_of(agent_dir, run_id) == keeper  # it keeps worker:0 still
+    answer = ok("launch", workdir=agent_dir.workdir, run_id=run_id, tasks=["worker:1"])
+    assert answer["keeper_pid"] == keeper  # woken, not a second keeper
+    again = agent_dir.wait_state(run_id, "worker:1", ("running",))
+    assert again["pid"] != first["pid"] and again["supervisor_pid"] == keeper
+    assert _children(keeper) == {again["pid"], agent_dir.status(run_id)["worker:0"]["pid"]}
+
+
 TALKER = "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.05; done"
 """A task that writes a line every 50 ms for as long as it runs."""
 
