@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -34,6 +36,12 @@ if str(ROOT) not in sys.path:
 
 PYTHON = sys.executable
 LIGHT_JOB = ROOT / "tests" / "support" / "lightjob.py"
+TASKS = ("ps:0", "worker:0", "worker:1")
+"""The light job's tasks on each host (`light_inventory`)."""
+PORTS = {"ps": 2222, "worker": 2223}
+"""The ports the pdsh peers give the light job's ps and first worker (the second: +1)."""
+SUPERVISION = ("tfctl-supervise", "tfctl-watch", "tfctl-keeper")
+"""The names (/proc/<pid>/comm) of a run's host-side processes that are not its tasks."""
 
 
 def cpu_model() -> str:
@@ -247,3 +255,126 @@ def stop_holders(runtime: str) -> None:
     for pid in holder_pids(runtime):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+
+
+def light_inventory(testbed: Testbed, path: Path, **job: object) -> Path:
+    """The light job as 3 processes per host (ps:0 and 2 CPU workers) in inventory `path`,
+    named by its file (cluster.yaml: the default name); `job` replaces keys of the job."""
+    spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"], **job}
+    name = {} if path.stem == "cluster" else {"name": path.stem}
+    return testbed.write_inventory(
+        path, spec, host_fields={h: {"cpu_workers": 2} for h in testbed.names}, **name
+    )
+
+
+def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
+    """`timed`, plus the holder's CPU meanwhile where the command borrows from one."""
+    runtime = (env or {}).get("XDG_RUNTIME_DIR") if (env or {}).get("TFCTL_PERSIST") != "0" \
+        else None
+    before = holder_cpu_s(runtime) if runtime else 0.0
+    t = timed(argv, env=env)
+    if runtime:
+        t = dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
+    return t
+
+
+def run_id_of(output: str) -> str:
+    found = re.search(r"^run (\S+) is up", output, re.M)
+    if not found:
+        raise SystemExit(f"no run id in tfctl's output:\n{output}")
+    return found.group(1)
+
+
+def gone(run_id: str) -> bool:
+    return not pids_with_env("TFCTL_RUN_ID", run_id)
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process as /proc shows it: parent, name, CPU (its own; with `reaped`, its reaped
+    children's too), network namespace, and whether its environment holds a benchmark's tag."""
+
+    pid: int
+    ppid: int
+    comm: str
+    cpu_s: float
+    reaped_s: float
+    netns: str
+    environ: bytes
+
+
+def processes() -> dict[int, ProcInfo]:
+    """Every process on this machine (the lab hosts are network namespaces of it)."""
+    found: dict[int, ProcInfo] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            netns = os.readlink(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        own = proc_cpu_s(stat)
+        found[int(entry)] = ProcInfo(int(entry), int(stat.rsplit(")", 1)[1].split()[1]), comm,
+                                     own, proc_cpu_s(stat, children=True) - own, netns, environ)
+    return found
+
+
+def host_side_cpu_s(roots: Sequence[int], task_tags: Sequence[bytes] = (b"TFCTL_RUN_ID=",
+                                                                         b"BENCH_TAG=")) -> float:
+    """CPU (user+sys) so far of the lab hosts' side of a command, tasks left out: every process
+    under the hosts' sshd listeners `roots` (sshd, shells, the agent sessions; reaped children
+    included, so a session that ended counts through its parent) and every process named in
+    SUPERVISION (detached, so no longer under sshd), less the processes whose environment holds
+    one of `task_tags` and are not in SUPERVISION (the tasks, tfctl's and the pdsh peers').
+    A difference of two calls is what the hosts' side used in between."""
+    procs = processes()
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    counted: set[int] = {p.pid for p in procs.values() if p.comm in SUPERVISION}
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        counted.add(pid)
+        todo += children.get(pid, [])
+    total = 0.0
+    for pid in counted:
+        found = procs.get(pid)
+        if found is None:
+            continue
+        task = found.comm not in SUPERVISION and any(t in found.environ for t in task_tags)
+        if not task:
+            total += found.cpu_s + found.reaped_s
+    return total
+
+
+def run_processes_per_host(testbed: Testbed) -> dict[str, dict[str, int]]:
+    """Per lab host, how many processes of each tfctl name (SUPERVISION, and any other
+    `tfctl-*` but the lab's idle sampler) run in its network namespace."""
+    procs = processes()
+    counts: dict[str, dict[str, int]] = {}
+    for name in testbed.names:
+        sshd = testbed.sshd_pid(name)
+        netns = procs[sshd].netns if sshd in procs else None
+        counts[name] = {}
+        for p in procs.values():
+            if p.netns == netns and p.comm.startswith("tfctl-") and p.comm != "tfctl-lab-idle":
+                counts[name][p.comm] = counts[name].get(p.comm, 0) + 1
+    return counts
+
+
+def timed_lab(argv: list[str], env: dict[str, str], gpus: int) -> Timed:
+    """One `tfctl lab`, checked to list `gpus` rows; the holder's CPU meanwhile added."""
+    runtime = env["XDG_RUNTIME_DIR"] if env.get("TFCTL_PERSIST") != "0" else None
+    before = holder_cpu_s(runtime) if runtime else 0.0
+    t = timed(argv, env=env).check("lab")
+    rows = [line for line in t.stdout.splitlines()
+            if [c.strip() for c in line.split("│")][2:3] in (["free"], ["held"])]
+    if len(rows) != gpus:
+        raise SystemExit(f"lab listed {len(rows)} GPUs, not {gpus}:\n{t.stdout[-3000:]}")
+    if runtime:
+        t = dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
+    return t

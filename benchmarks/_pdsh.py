@@ -1,5 +1,8 @@
-"""The pdsh contender of lab_scale.py: the light job's processes launched by `pdsh -R ssh`
-(and by the same over OpenSSH's kept connections), timed until every one listens."""
+"""The pdsh peers of the benchmarks: what tfctl does on every host, done by `pdsh -R ssh` over
+fresh connections or over OpenSSH's kept ones (ControlMaster, ControlPersist): the light job's
+processes launched (lab_scale.py: launched, then polled from here until they listen;
+fig_up_*.py: started and waited for on the host, in the same remote shell, as tfctl's agent
+does), and the queries `tfctl lab` makes (fig_lab_*.py, lab_view.py)."""
 
 from __future__ import annotations
 
@@ -74,3 +77,48 @@ def pdsh_once(testbed: Testbed, env: dict[str, str], hosts: str, tasks: Sequence
     wait_until(lambda: not any(listening_ports(testbed.sshd_pid(h) or 0) & {ports["ps"]}
                                for h in testbed.names), 10)
     return result, listening, machine
+
+
+def start_and_wait_command(python: str, tag: str, tasks: Sequence[str],
+                           ports: Mapping[str, int], timeout_s: float = 30) -> str:
+    """What tfctl's agent does for `up` on one host, by hand in one remote shell: the light
+    job's processes started detached (setsid, nohup, each writing a log of its own in the
+    workdir), then a poll of the listening sockets (`ss -Hltn`) every 20 ms until each task's
+    port listens; exit 1 if one does not within `timeout_s`."""
+    wanted = [ports["ps"], ports["worker"], ports["worker"] + 1]
+    starts = []
+    for task in tasks:
+        kind, index = task.split(":")
+        argv = [python, "job.py", "--forever", f"--job_name={kind}", f"--task_index={index}",
+                f"--ps_hosts=x:{wanted[0]}", f"--worker_hosts=x:{wanted[1]},x:{wanted[2]}"]
+        log = f"bench-{kind}-{index}.log"
+        starts.append(f"BENCH_TAG={tag} setsid nohup {shlex.join(argv)} </dev/null "
+                      f">{log} 2>&1 &")
+    checks = " ".join(f'case "$l" in *":{port} "*) ;; *) ok=0;; esac;' for port in wanted)
+    tries = int(timeout_s / 0.02)
+    wait = (f"n=0; while :; do l=$(ss -Hltn); ok=1; {checks} [ $ok = 1 ] && exit 0; "
+            f"n=$((n+1)); [ $n -gt {tries} ] && exit 1; sleep 0.02; done")
+    return 'cd "$HOME/../work" || exit 1; ' + " ".join(starts) + " " + wait
+
+
+def pdsh_argv(testbed: Testbed, command: str, fanout: int = 32) -> list[str]:
+    """`pdsh -f fanout -R ssh` running `command` on every lab host as the lab's user."""
+    return ["pdsh", "-f", str(fanout), "-R", "ssh", "-l", testbed.user, "-w",
+            ",".join(h.address for h in testbed.hosts), command]
+
+
+def stop_peer(testbed: Testbed, tag: str, ports: Mapping[str, int]) -> None:
+    """Every process a peer started under `tag` killed, and its ports free again."""
+    kill_tagged("BENCH_TAG", tag)
+    wait_until(lambda: not any(listening_ports(testbed.sshd_pid(h) or 0) & {ports["ps"]}
+                               for h in testbed.names), 10)
+
+
+def by_hand(argv: list[str], env: dict[str, str], hosts: int, gpus: int) -> Timed:
+    """pdsh's run, checked to have brought every host's GPU rows."""
+    t = timed(argv, env=env).check("pdsh")
+    rows = [line for line in t.stdout.splitlines() if ", GPU-" in line and "%" not in line]
+    if len(rows) < hosts * gpus:
+        raise SystemExit(f"pdsh brought {len(rows)} GPU rows, not {hosts * gpus}:\n"
+                         f"{t.stdout[-3000:]}\n{t.stderr[-3000:]}")
+    return t

@@ -51,7 +51,6 @@ connection and agent session, then the session again).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 import sys
@@ -63,30 +62,32 @@ from pathlib import Path
 
 from _common import (
     BASELINE,
+    PORTS,
     PYTHON,
+    TASKS,
     Timed,
     arguments,
-    holder_cpu_s,
+    gone,
+    light_inventory,
     light_job_dir,
     machine_line,
     median,
     need_pdsh,
     on_a_testbed,
-    pids_with_env,
     ratio,
+    run_id_of,
     stop_holders,
     tfctl_argv,
     timed,
+    timed_tfctl,
 )
 from _pdsh import pdsh_envs, pdsh_once
 
 from tests.support.testbed import Testbed
 
-TASKS = ("ps:0", "worker:0", "worker:1")
 TAGS = ("", " (held)", " (before)", " (before, held)")
 """The trees and ways a contender's `up` runs: this tree with no holder, held, and the same of
 `--baseline`'s."""
-PORTS = {"ps": 2222, "worker": 2223}
 # The light job, ignoring SIGTERM (so down must SIGKILL it after the grace) and noting when the
 # TERM came, in its cwd (the host's workdir), so the time after the TERM can be measured.
 STUBBORN = """import os, runpy, signal, time
@@ -115,16 +116,6 @@ FULL_UP = {"setup": ["true"], "setup_inputs": ["job.py"]}
 job's script)."""
 
 
-def light_inventory(testbed: Testbed, path: Path, **job: object) -> Path:
-    """The light job as 3 processes per host (ps:0 and 2 CPU workers) in inventory `path`,
-    named by its file (cluster.yaml: the default name); `job` replaces keys of the job."""
-    spec = {"script": "job.py", "style": "tf_config", "args": ["--forever"], **job}
-    name = {} if path.stem == "cluster" else {"name": path.stem}
-    return testbed.write_inventory(
-        path, spec, host_fields={h: {"cpu_workers": 2} for h in testbed.names}, **name
-    )
-
-
 def goals(s: dict[str, Samples], hosts: int) -> None:
     """Issue 35's two figures, each tree's `up` against its peer of the same repetitions."""
     m = {k: median(v.wall_s) for k, v in s.items() if v.wall_s}
@@ -139,28 +130,6 @@ def goals(s: dict[str, Samples], hosts: int) -> None:
         print(f"GOAL {tree}: held up ÷ pdsh over ControlPersist {ratio(held, muxed)} (goal ≤ "
               f"0.8; {held:.2f} s); cold up (--persist 0) ÷ pdsh -f 32 {ratio(cold, fresh)} "
               f"(goal ≤ 1.0; {cold:.2f} s)")
-
-
-def timed_tfctl(argv: list[str], env: dict[str, str] | None) -> Timed:
-    """`timed`, plus the holder's CPU meanwhile where the command borrows from one."""
-    runtime = (env or {}).get("XDG_RUNTIME_DIR") if (env or {}).get("TFCTL_PERSIST") != "0" \
-        else None
-    before = holder_cpu_s(runtime) if runtime else 0.0
-    t = timed(argv, env=env)
-    if runtime:
-        t = dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
-    return t
-
-
-def run_id_of(output: str) -> str:
-    found = re.search(r"^run (\S+) is up", output, re.M)
-    if not found:
-        raise SystemExit(f"no run id in tfctl's output:\n{output}")
-    return found.group(1)
-
-
-def gone(run_id: str) -> bool:
-    return not pids_with_env("TFCTL_RUN_ID", run_id)
 
 
 def describe(pid: int) -> str:

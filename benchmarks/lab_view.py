@@ -46,7 +46,6 @@ from _common import (
     PYTHON,
     Timed,
     arguments,
-    holder_cpu_s,
     holder_pids,
     light_job_dir,
     machine_line,
@@ -55,14 +54,15 @@ from _common import (
     on_a_testbed,
     proc_cpu_s,
     ratio,
+    run_id_of,
     stop_holders,
     tfctl_argv,
     timed,
+    timed_lab,
     tree_envs,
     wait_until,
 )
-from _pdsh import pdsh_envs
-from lab_scale import run_id_of
+from _pdsh import by_hand, pdsh_envs
 
 # What a person types on each host to see what `tfctl lab` shows (the fields lab.py reads).
 BY_HAND = "; ".join([
@@ -103,35 +103,11 @@ def counted(run: Callable[[], Timed], roots: list[int]) -> Timed:
     return dataclasses.replace(t, machine_cpu_s=t.cpu_s + hosts_cpu_s(roots) - before)
 
 
-def timed_lab(argv: list[str], env: dict[str, str], gpus: int) -> Timed:
-    """One `tfctl lab`, checked to list `gpus` rows; the holder's CPU meanwhile added."""
-    runtime = env["XDG_RUNTIME_DIR"] if env.get("TFCTL_PERSIST") != "0" else None
-    before = holder_cpu_s(runtime) if runtime else 0.0
-    t = timed(argv, env=env).check("lab")
-    rows = [line for line in t.stdout.splitlines()
-            if [c.strip() for c in line.split("│")][2:3] in (["free"], ["held"])]
-    if len(rows) != gpus:
-        raise SystemExit(f"lab listed {len(rows)} GPUs, not {gpus}:\n{t.stdout[-3000:]}")
-    if runtime:
-        t = dataclasses.replace(t, cpu_s=t.cpu_s + holder_cpu_s(runtime) - before)
-    return t
-
-
 def disconnect(inv: Path, env: dict[str, str]) -> None:
     """Nothing kept: the holder closed, its agent sessions ended (waited for)."""
     timed(tfctl_argv(inv, "disconnect"), env=env).check("disconnect")
     stop_holders(env["XDG_RUNTIME_DIR"])  # one still starting, were there any
     wait_until(lambda: not holder_pids(env["XDG_RUNTIME_DIR"]), 10)
-
-
-def by_hand(argv: list[str], env: dict[str, str], hosts: int, gpus: int) -> Timed:
-    """pdsh's run, checked to have brought every host's GPU rows."""
-    t = timed(argv, env=env).check("pdsh")
-    rows = [line for line in t.stdout.splitlines() if ", GPU-" in line and "%" not in line]
-    if len(rows) < hosts * gpus:
-        raise SystemExit(f"pdsh brought {len(rows)} GPU rows, not {hosts * gpus}:\n"
-                         f"{t.stdout[-3000:]}\n{t.stderr[-3000:]}")
-    return t
 
 
 def main() -> int:

@@ -41,6 +41,7 @@ from tfctl.remote.agent.rundir import expand, load_manifest, manifest_tasks, run
 from tfctl.remote.agent.runops import op_prepare, op_status, start_states
 from tfctl.remote.agent.sync import sync_diff
 from tfctl.remote.agent.tickets import others_waiting
+from tfctl.remote.agent.trace import mark
 from tfctl.remote.agent.vocab import (
     ClaimsAnswer,
     HostUser,
@@ -64,6 +65,7 @@ SETUP_FOLDER = ".tfctl/setup"
 
 def op_up_check(req: UpCheckRequest) -> UpCheck:
     workdir = expand(str(req.workdir))
+    mark(workdir, "up_check")
     sync = setup = gpus = claims = None
     if req.entries is not None:  # also creates the workdir
         sync = SyncDiff.from_wire(sync_diff(workdir, req.entries))
@@ -79,6 +81,7 @@ def op_up_check(req: UpCheckRequest) -> UpCheck:
         limits, waiting = _limits_here()
     name, addresses = hostname_addresses() if req.ask_hostname else (None, [])
     # ports chosen at up are bind-probed and leased (freeports.py)
+    mark(workdir, "up_check.reply")
     return UpCheck(sync, setup, None if gpus is None else str(gpus["stdout"] or ""),
                    port_states(req.ports), claims,
                    choose_from(req.choose) if req.choose else None,
@@ -151,6 +154,7 @@ def gpus_listing(script: str) -> dict[str, Any]:
 def op_up_go(req: UpGoRequest) -> UpGo:
     workdir, run_id = expand(str(req.workdir)), str(req.run_id)
     run_dir = run_dir_of(workdir, run_id)
+    mark(workdir, "up_go", run=run_id)
     if req.manifest is not None:
         op_prepare(PrepareRequest(workdir, run_id, req.manifest))
         if req.setup_log:
@@ -161,20 +165,25 @@ def op_up_go(req: UpGoRequest) -> UpGo:
         raise AgentError("port_taken", f"port {', '.join(map(str, taken))} was taken on this "
                          "host after `up` chose it (another run starting?)", ports=taken)
     started = LaunchAnswer()
+    mark(workdir, "prepared", run=run_id)
     if req.launch:
         kept = keep_tasks(run_dir, workdir, run_id, manifest, list(req.launch))
+        mark(workdir, "launched", run=run_id, tasks=len(req.launch))
         started = LaunchAnswer.from_wire(dict(kept, claim_warning=claim_run(
             run_dir, run_id, manifest, kept["keeper_pid"])))
     ready, seen, waited = True, None, {}
+    mark(workdir, "waiting", run=run_id)
     if req.wait:
         look = wait_until_up(run_dir, run_id, manifest, manifest_tasks(manifest, list(req.wait)),
                              req.timeout_s)
         waited, ready, seen = start_states(look["tasks"]), bool(look["ready"]), look["seen"]
         if req.lease_token and all(t["state"] != "timeout" for t in look["tasks"].values()):
             release(req.lease_token)  # each task holds its port now, or has ended already
+    mark(workdir, "waited", run=run_id)
     status = None
     if req.status is not None and ready:  # the wait's last look, if it saw every task
         status = op_status(StatusRequest(workdir, run_id, int(req.status)), seen)
+    mark(workdir, "up_go.reply", run=run_id)
     return UpGo(waited, status, started.tasks if req.launch else None, started.keeper_pid,
                 started.claim_warning, time.time())
 

@@ -18,6 +18,7 @@ from typing import Any
 from tfctl.remote.agent.jsonfile import read_json
 from tfctl.remote.agent.rundir import task_file
 from tfctl.remote.agent.state import settled, wait_for_ports
+from tfctl.remote.agent.trace import mark_run
 
 FULL_LOOK_EVERY_S = 1.0
 
@@ -40,6 +41,7 @@ def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
             seen = looked["seen"]
             results.update({name: state for name, state in looked["tasks"].items()
                             if last or state["state"] != "timeout"})
+            mark_run(run_dir, "look", settled=len(results), tasks=len(tasks))
             if len(results) == len(tasks):
                 break
             # Not conclusive (a port answered for someone else?): only the clock or an exit

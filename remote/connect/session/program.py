@@ -21,7 +21,7 @@ AGENT_FILES = ("wire.py", "wirerecord.py", "vocab.py", "proc.py", "jsonfile.py",
                "speed.py", "disk.py", "record.py", "claims.py", "policy.py", "energy.py",
                "ledger.py", "recentuse.py", "activity.py", "idlewatch.py", "watch.py", "keeper.py",
                "hostops.py", "runops.py", "up.py", "boot.py", "lost.py", "lab.py", "tickets.py",
-               "optable.py")
+               "trace.py", "optable.py")
 """The agent's files in the order they are joined: a file's top-level names (a record's base
 class, a default value, a module constant) are defined before a file that uses them at import
 time; names a function reads are found when it runs."""
