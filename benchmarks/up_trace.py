@@ -35,6 +35,8 @@ order they happen on a host:
   status                     the host's status read for the answer
   reply → up returns         the last host's answer → `tfctl up` exits (the client's status
                              table, the watchers' mark, its exit)
+and the whole: `up` from start to exit, split at its `starting` line, and `tfctl --help` timed
+after each repetition (the CLI's start, a floor of the first phase).
 /proc start times are in clock ticks (10 ms); everything else is time.time().
 Needs root (network-namespace lab hosts).
 """
@@ -236,6 +238,8 @@ def main() -> int:
             if starting is not None:
                 whole["up start → `starting`"].append(starting - started)
                 whole["`starting` → up returns"].append(ended - starting)
+            whole["tfctl --help (the CLI's start)"].append(
+                timed(tfctl_argv(inv, "--help"), env=env).check("help").wall_s)
             print(f"  rep {rep + 1}: up {ended - started:.2f} s", flush=True)
         print(f"medians over {args.hosts} hosts × {args.reps} repetitions (worst host: the "
               "median over repetitions of the slowest host's value), ms:")
