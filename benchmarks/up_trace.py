@@ -233,7 +233,8 @@ def main() -> int:
                 if key == "reply → up returns":
                     values = [ended - last_reply]
                 rows[key] += values
-                worst[key].append(max(values))
+                if values:  # none: no supervisor per task (its pid record names none)
+                    worst[key].append(max(values))
             whole["up, whole"].append(ended - started)
             if starting is not None:
                 whole["up start → `starting`"].append(starting - started)
@@ -246,6 +247,9 @@ def main() -> int:
         print(f"{'phase':34}{'median':>9}{'worst host':>12}")
         for key in [*PHASES, "looks"]:
             scale = 1 if key == "looks" else 1000
+            if not rows[key]:
+                print(f"{key:34}{'–':>9}{'–':>12}")
+                continue
             print(f"{key:34}{median(rows[key]) * scale:9.1f}{median(worst[key]) * scale:12.1f}")
         for key, values in whole.items():
             print(f"{key:34}{median(values) * 1000:9.1f}")
