@@ -21,14 +21,16 @@ order they happen on a host:
   check on the host          `up_check` (sync diff, setup cache, nvidia-smi, ports)
   check reply → go arrives   the client judging every host's check, `starting`, the manifest
   prepare                    `up_go` until the run directory and manifest are written
-  launch                     the supervisors forked and each task started, until every pid
-                             is recorded (`launch_tasks`); split per task into
-    fork → supervisor runs   prepare → the supervisor's process created (/proc start time)
-    supervisor → task process  the supervisor's creation → its task's process created
+  launch                     the run's keeper forked (one per host; before it, a supervisor
+                             per task) and each task started, until every pid is recorded;
+                             split per task into
+    fork → keeper runs       prepare → the process its pid record names as its supervisor
+                             (the keeper) created (/proc start time, in the record)
+    keeper → task process    the keeper's creation → the task's process created
     task process → Python runs  the task's process → its interpreter's first line (exec,
                              the interpreter's start: the wrapper's first line)
     Python → listen          the task's own start until listen() (imports, parse, bind)
-  watcher + claim            the run's watcher started, the claim written
+  claim (+ watcher)          the claim written (before the keeper: the watcher started too)
   wait: tasks still starting `waiting` → the last task of the host called listen()
   wait: after the last listen the last listen() → the wait's verdict (its cheap probes and the
                              full look that settles it; `looks`: full looks per host)
@@ -96,8 +98,8 @@ runpy.run_path("job.py", run_name="__main__")
 """
 
 PHASES = ("client → check arrives", "check on the host", "check reply → go arrives", "prepare",
-          "launch", "  fork → supervisor runs", "  supervisor → task process",
-          "  task process → Python runs", "  Python → listen", "watcher + claim",
+          "launch", "  fork → keeper runs", "  keeper → task process",
+          "  task process → Python runs", "  Python → listen", "claim (+ watcher)",
           "wait: tasks still starting", "wait: after the last listen", "status",
           "reply → up returns")
 
@@ -171,7 +173,7 @@ def host_phases(testbed: Testbed, host: str, run_id: str, started: float, ended:
         "check reply → go arrives": first["up_go"] - last["up_check.reply"],
         "prepare": first["prepared"] - first["up_go"],
         "launch": first["launched"] - first["prepared"],
-        "watcher + claim": first["waiting"] - first["launched"],
+        "claim (+ watcher)": first["waiting"] - first["launched"],
         "wait: tasks still starting": max(0.0, max(listens) - first["waiting"]),
         "wait: after the last listen": last["waited"] - max(first["waiting"], max(listens)),
         "status": last["up_go.reply"] - last["waited"],
@@ -182,8 +184,8 @@ def host_phases(testbed: Testbed, host: str, run_id: str, started: float, ended:
         sup = supervisors.get(int(t["pid"]))  # type: ignore[call-overload]
         exec_at, py, listen = (float(t[k]) for k in ("exec", "py", "listen"))  # type: ignore
         if sup is not None:
-            per_task["  fork → supervisor runs"].append(sup - first["prepared"])
-            per_task["  supervisor → task process"].append(exec_at - sup)
+            per_task["  fork → keeper runs"].append(sup - first["prepared"])
+            per_task["  keeper → task process"].append(exec_at - sup)
         per_task["  task process → Python runs"].append(py - exec_at)
         per_task["  Python → listen"].append(listen - py)
     p.update({k: median(v) for k, v in per_task.items()})
@@ -233,7 +235,7 @@ def main() -> int:
                 if key == "reply → up returns":
                     values = [ended - last_reply]
                 rows[key] += values
-                if values:  # none: no supervisor per task (its pid record names none)
+                if values:  # none: the pid records name no supervisor
                     worst[key].append(max(values))
             whole["up, whole"].append(ended - started)
             if starting is not None:
