@@ -327,14 +327,17 @@ def host_side_cpu_s(roots: Sequence[int], task_tags: Sequence[bytes] = (b"TFCTL_
     """CPU (user+sys) so far of the lab hosts' side of a command, tasks left out: every process
     under the hosts' sshd listeners `roots` (sshd, shells, the agent sessions; reaped children
     included, so a session that ended counts through its parent) and every process named in
-    SUPERVISION (detached, so no longer under sshd), less the processes whose environment holds
+    SUPERVISION (detached, so no longer under sshd) in the network namespace of one of the
+    hosts (not another lab's on the same machine), less the processes whose environment holds
     one of `task_tags` and are not in SUPERVISION (the tasks, tfctl's and the pdsh peers').
     A difference of two calls is what the hosts' side used in between."""
     procs = processes()
     children: dict[int, list[int]] = {}
     for p in procs.values():
         children.setdefault(p.ppid, []).append(p.pid)
-    counted: set[int] = {p.pid for p in procs.values() if p.comm in SUPERVISION}
+    lab = {procs[pid].netns for pid in roots if pid in procs}  # not other labs' on this machine
+    counted: set[int] = {p.pid for p in procs.values()
+                         if p.comm in SUPERVISION and p.netns in lab}
     todo = list(roots)
     while todo:
         pid = todo.pop()
