@@ -37,8 +37,10 @@ order they happen on a host:
   status                     the host's status read for the answer
   reply → up returns         the last host's answer → `tfctl up` exits (the client's status
                              table, the watchers' mark, its exit)
-and the whole: `up` from start to exit, split at its `starting` line, and `tfctl --help` timed
-after each repetition (the CLI's start, a floor of the first phase).
+and the whole: `up` from start to exit, split at its `starting` line; the client's part after
+the last answer split at its first line on stdout (the status table) and its `run ... is up`
+line (its output unbuffered for this); and `tfctl --help` timed after each repetition (the
+CLI's start, a floor of the first phase).
 /proc start times are in clock ticks (10 ms); everything else is time.time().
 Needs root (network-namespace lab hosts).
 """
@@ -119,11 +121,13 @@ def read_lines(path: Path) -> list[dict[str, object]]:
         return []
 
 
-def traced_up(inv: Path, env: dict[str, str]) -> tuple[float, float, float | None, str]:
-    """`tfctl up`: (its start, its end, when it wrote `starting`, its stdout)."""
+def traced_up(inv: Path, env: dict[str, str]) -> tuple[float, float, dict[str, float], str]:
+    """`tfctl up` (its output unbuffered, so that each line is timed as it is written): its
+    start, its end, when it wrote `starting`, its first line on stdout (the status table) and
+    its `run ... is up` line, and its stdout."""
     started = time.time()
-    proc = subprocess.Popen(tfctl_argv(inv, "up"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(tfctl_argv(inv, "up"), env=dict(env, PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     said: dict[str, float] = {}
     errors: list[str] = []
 
@@ -136,13 +140,19 @@ def traced_up(inv: Path, env: dict[str, str]) -> tuple[float, float, float | Non
 
     reader = threading.Thread(target=watch_stderr, daemon=True)
     reader.start()
-    out = proc.stdout.read() if proc.stdout else ""
+    lines = []
+    for line in proc.stdout or ():
+        said.setdefault("table", time.time())
+        if line.startswith("run ") and " is up" in line:
+            said["is up"] = time.time()
+        lines.append(line)
     code = proc.wait()
     ended = time.time()
     reader.join()
+    out = "".join(lines)
     if code != 0:
         raise SystemExit(f"up failed (exit {code}):\n{out[-3000:]}\n{''.join(errors)[-3000:]}")
-    return started, ended, said.get("starting"), out
+    return started, ended, said, out
 
 
 def host_phases(testbed: Testbed, host: str, run_id: str, started: float, ended: float,
@@ -221,7 +231,7 @@ def main() -> int:
         for rep in range(-1, args.reps):  # rep -1: the warm-up (the holder), not counted
             for name in testbed.names:
                 (testbed.host(name).workdir / TASK_TRACE).write_text("")
-            started, ended, starting, out = traced_up(inv, env)
+            started, ended, said, out = traced_up(inv, env)
             run_id = run_id_of(out)
             hosts = {h: host_phases(testbed, h, run_id, started, ended, boot)
                      for h in testbed.names}
@@ -238,9 +248,13 @@ def main() -> int:
                 if values:  # none: the pid records name no supervisor
                     worst[key].append(max(values))
             whole["up, whole"].append(ended - started)
-            if starting is not None:
-                whole["up start → `starting`"].append(starting - started)
-                whole["`starting` → up returns"].append(ended - starting)
+            if "starting" in said:
+                whole["up start → `starting`"].append(said["starting"] - started)
+                whole["`starting` → up returns"].append(ended - said["starting"])
+            if "table" in said and "is up" in said:
+                whole["  last answer → status table"].append(said["table"] - last_reply)
+                whole["  status table → `is up` line"].append(said["is up"] - said["table"])
+                whole["  `is up` line → up exits"].append(ended - said["is up"])
             whole["tfctl --help (the CLI's start)"].append(
                 timed(tfctl_argv(inv, "--help"), env=env).check("help").wall_s)
             print(f"  rep {rep + 1}: up {ended - started:.2f} s", flush=True)
