@@ -33,7 +33,8 @@ order they happen on a host:
   claim (+ watcher)          the claim written (before the keeper: the watcher started too)
   wait: tasks still starting `waiting` → the last task of the host called listen()
   wait: after the last listen the last listen() → the wait's verdict (its cheap probes and the
-                             full look that settles it; `looks`: full looks per host)
+                             full look that settles it; `looks`: full looks per host, and
+                             when the first came and how many tasks it settled)
   status                     the host's status read for the answer
   reply → up returns         the last host's answer → `tfctl up` exits (the client's status
                              table, the watchers' mark, its exit)
@@ -105,6 +106,9 @@ PHASES = ("client → check arrives", "check on the host", "check reply → go a
           "wait: tasks still starting", "wait: after the last listen", "status",
           "reply → up returns")
 
+LOOKS = ("looks", "first look after the last listen", "first look: tasks settled")
+"""The wait's full looks per host; when the first came, after the host's last listen() (ms; < 0:
+before it); how many of the host's tasks it settled."""
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -189,6 +193,10 @@ def host_phases(testbed: Testbed, host: str, run_id: str, started: float, ended:
         "status": last["up_go.reply"] - last["waited"],
         "looks": float(looks),
     }
+    seen = [e for e in events if e["ev"] == "look"]
+    if seen:  # the first full look: when, after the last listen(), and how much it settled
+        p["first look after the last listen"] = float(seen[0]["t"]) - max(listens)  # type: ignore
+        p["first look: tasks settled"] = float(seen[0]["settled"])  # type: ignore[arg-type]
     per_task: dict[str, list[float]] = defaultdict(list)
     for t in tasks:
         sup = supervisors.get(int(t["pid"]))  # type: ignore[call-overload]
@@ -240,7 +248,7 @@ def main() -> int:
             if rep < 0:
                 continue
             last_reply = max(p.pop("_reply") for p in hosts.values())
-            for key in [*PHASES, "looks"]:
+            for key in [*PHASES, *LOOKS]:
                 values = [p[key] for p in hosts.values() if key in p]
                 if key == "reply → up returns":
                     values = [ended - last_reply]
@@ -261,8 +269,8 @@ def main() -> int:
         print(f"medians over {args.hosts} hosts × {args.reps} repetitions (worst host: the "
               "median over repetitions of the slowest host's value), ms:")
         print(f"{'phase':34}{'median':>9}{'worst host':>12}")
-        for key in [*PHASES, "looks"]:
-            scale = 1 if key == "looks" else 1000
+        for key in [*PHASES, *LOOKS]:
+            scale = 1 if key in LOOKS[::2] else 1000
             if not rows[key]:
                 print(f"{key:34}{'–':>9}{'–':>12}")
                 continue
