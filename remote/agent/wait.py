@@ -36,7 +36,8 @@ def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
         pending = [t for t in tasks if t["name"] not in results]
         now = time.time()
         last = now >= deadline
-        if last or now >= next_look or _may_be_up(run_dir, pending, now >= quiet_until):
+        clock = last or now >= next_look
+        if clock or _may_be_up(run_dir, pending, now >= quiet_until):
             looked = wait_for_ports(run_dir, run_id, manifest, [t["name"] for t in pending], 0.0)
             seen = looked["seen"]
             results.update({name: state for name, state in looked["tasks"].items()
@@ -44,9 +45,12 @@ def wait_until_up(run_dir: str, run_id: str, manifest: dict[str, Any],
             mark_run(run_dir, "look", settled=len(results), tasks=len(tasks))
             if len(results) == len(tasks):
                 break
-            # Not conclusive (a port answered for someone else?): only the clock or an exit
-            # record calls for the next full look.
-            next_look = quiet_until = time.time() + FULL_LOOK_EVERY_S
+            # Not conclusive. After a look the cheap signals called for (a port answered for
+            # someone else?), only the clock or an exit record calls for the next one; after
+            # the clock's, the probes go on: the tasks still starting answer within 50 ms.
+            next_look = time.time() + FULL_LOOK_EVERY_S
+            if not clock:
+                quiet_until = next_look
         time.sleep(min(pause, max(0.0, deadline - time.time())))
         pause = min(pause * 1.5, 0.05)  # a probe costs ~0.1 ms: answer within 50 ms
     lost = [name for name, state in results.items() if state["state"] == "lost"]
