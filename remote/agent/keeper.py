@@ -43,6 +43,7 @@ from tfctl.remote.agent.wire import AgentError
 KEEPER_LOCK = "keeper.lock"
 LAUNCH_REQUEST = ".launch"
 TAKE_BACK_WAIT_S = 2.0
+FIRST_START_S = 5.0
 KEEPER_POLL_S = 1.0
 """How often the keeper looks for requests without being woken (a wake-up signal is lost
 only to a keeper between its last look and its exit, whose successor takes the request)."""
@@ -113,6 +114,9 @@ def ensure_keeper(run_dir: str, run_id: str, workdir: str) -> int | None:
             if recorded_alive(record):
                 send_signal(int(record["pid"]), signal.SIGUSR1)
                 return int(record["pid"])
+        import subprocess  # noqa: F401  # imported once here: not by each task's thread, in turn
+        import threading  # noqa: F401
+
         return fork_detached(lambda: keeper_main(run_dir, run_id, workdir),
                              os.path.join(run_dir, "keeper.log"), keep=(lock,))
     finally:
@@ -164,6 +168,7 @@ class Keeper:
         self.manifest = load_manifest(run_dir)
         self.me = (os.getpid(), start_ticks(os.getpid()))
         self.threads: dict[str, Any] = {}
+        self.supervisions: list[TaskSupervision] = []
         self.lock = threading.Lock()
         self.wake = threading.Event()
         """Set when a task ends: the watch's next tick comes at once."""
@@ -197,6 +202,7 @@ class Keeper:
 
         supervision = TaskSupervision(self.run_dir, self.run_id, task, self.workdir, self.me,
                                       adopt)
+        self.supervisions.append(supervision)
 
         def body() -> None:
             try:
@@ -268,6 +274,8 @@ def keeper_main(run_dir: str, run_id: str, workdir: str) -> int:
     write_json(os.path.join(run_dir, KEEPER_PID),
                dict(boot_record(), pid=keeper.me[0], start_ticks=keeper.me[1]))
     keeper.take_requests()
+    for supervision in keeper.supervisions:  # the tasks' start first: `up` waits for it, and
+        supervision.started.wait(FIRST_START_S)  # the watch's own start would slow it
     threading.Thread(target=keeper.serve_requests, name="requests", daemon=True).start()
     try:
         if keeper.manifest.get("end") and not os.path.exists(os.path.join(run_dir,

@@ -156,12 +156,23 @@ class TaskSupervision:
                            int(task.get("log_max_bytes") or LOG_MAX_BYTES))
         self.paths = {s: task_file(run_dir, self.name, s)
                       for s in (".pid.json", ".exit.json", ".stopped")}
+        import threading
+
+        self.started = threading.Event()
+        """Set once the task's first process has its pid record, or has failed to start, or
+        (taken back) once it is ours."""
 
     def say(self, message: str) -> None:
         """A line of tfctl's own in the task's log."""
         self.log.write(f"==> tfctl: {message}\n".encode())
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.started.set()
+
+    def _run(self) -> None:
         slot = reserve_slot(task_file(self.run_dir, self.name, ".exit.slot"))
         policy = self.task.get("restart") or {}
         mode, most = policy.get("policy", "never"), int(policy.get("max", 3))
@@ -224,6 +235,7 @@ class TaskSupervision:
                 "last_exit": last_exit, "boot_id": boot_id()})
         except OSError as exc:  # no room: the task runs on, its output relayed all the same
             self.say(f"{self.name}'s pid record could not be written: {exc.strerror or exc}")
+        self.started.set()
         if os.path.exists(self.paths[".stopped"]):  # `stop` ran between our check and start
             child.terminate()
         try:
@@ -245,6 +257,7 @@ class TaskSupervision:
             self.say(f"{self.name}'s pid record could not be written: {exc.strerror or exc}")
         self.say(f"{self.name} (pid {pid}) taken back by a new keeper (pid {self.keeper_pid}): "
                  "the one before was gone")
+        self.started.set()
         pidfd = open_pidfd(pid, ticks)
         try:
             pipe.relay_until(lambda: not same_process(pid, ticks), pidfd, self.log)
