@@ -5,7 +5,6 @@ settings and `check`'s free-space floor. On the lab: tests/testbed/test_disk_ful
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from tfctl.inventory.load import parse_inventory
 from tfctl.remote.agent.jsonfile import reserve_slot, write_json_when_room
-from tfctl.remote.agent.supervisor import relay_until_exit
+from tfctl.remote.agent.supervisor import OutputPipe, open_pidfd
 from tfctl.remote.agent.tasklog import TaskLog
 from tfctl.remote.runs.check import judge_room
 from tfctl.remote.runs.up.manifest import task_manifest
@@ -44,11 +43,15 @@ def test_a_task_s_output_is_relayed_until_its_last_line(tmp_path: Path) -> None:
     """A task that prints and exits at once: its last lines are in the log when its exit is."""
     path = tmp_path / "chief-0.log"
     log = TaskLog(str(path), 1 << 20)
-    pipe, out = os.pipe()
+    pipe = OutputPipe(str(tmp_path / "chief-0.pipe"), fresh=True)
     child = subprocess.Popen([sys.executable, "-c", "import sys\nfor i in range(3000): "
-                              "print(i)\nsys.exit('Traceback: the end')"], stdout=out, stderr=out)
-    code = relay_until_exit(child, pipe, log)
-    assert code == 1
+                              "print(i)\nsys.exit('Traceback: the end')"],
+                             stdout=pipe.write_fd, stderr=pipe.write_fd, pass_fds=(pipe.read_fd,))
+    pidfd = open_pidfd(child.pid)
+    pipe.relay_until(lambda: child.poll() is not None, pidfd, log)
+    pipe.close()
+    assert child.returncode == 1
+    assert not (tmp_path / "chief-0.pipe").exists()  # gone with the task
     lines = path.read_text().splitlines()
     assert lines[0] == "0" and lines[2999] == "2999" and lines[-1] == "Traceback: the end"
 
