@@ -31,9 +31,9 @@ tfctl watches, and learn of it through rank 0, whose collectives fail with it.
 When the job has ended the watcher stops this host's serving tasks (parameter servers, and the
 workers of a ParameterServer job, which only serve), gives the other workers and the evaluator
 `WORKER_GRACE_S` to finish on their own (none where a group failed: its ranks are stopped at
-once), stops TensorBoard after its grace unless it is kept,
-records why in `finished.json` (unless the client already did), and exits once nothing of the
-run is left on the host. It also exits when every task of the host has ended otherwise
+once), stops TensorBoard after its grace unless it is kept, records why in `finished.json`
+(unless the client already did), and ends; the keeper exits once none of its tasks runs (a
+kept TensorBoard keeps it). The watch also ends when every task of the host has ended otherwise
 (`tfctl down`). Where the manifest asks for word of the end (`job.notify`, on the chief's host
 only), it starts the notifier (`notify.py`) as soon as the end is judged, and on a `down` of a
 run that was up (a rollback is the `up`'s own failure, said at its terminal).
