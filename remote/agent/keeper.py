@@ -178,7 +178,9 @@ class Keeper:
             os.set_blocking(fd, False)
 
     def tasks_running(self) -> bool:
-        return any(thread.is_alive() for thread in self.threads.values())
+        """Some task's thread still runs. Asked by the SIGTERM handler too, while the requests'
+        thread may add to `threads`: it looks at a copy (made at once, under the GIL)."""
+        return any(thread.is_alive() for thread in list(self.threads.values()))
 
     def take_requests(self) -> None:
         """Start the tasks asked for (`<task>.launch`) and take back those running unkept."""
