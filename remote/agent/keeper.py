@@ -103,17 +103,17 @@ def ensure_keeper(run_dir: str, run_id: str, workdir: str) -> int | None:
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # a keeper holds it: wake it
-            record = read_json(os.path.join(run_dir, KEEPER_PID)) or {}
-            if recorded_alive(record):
-                send_signal(int(record["pid"]), signal.SIGUSR1)
-                return int(record["pid"])
+            held = False
+        except BlockingIOError:  # a keeper holds it
+            held = True
+        except OSError:  # no locks on this file system (an NFS without lockd): the record says
+            held = False
+        record = read_json(os.path.join(run_dir, KEEPER_PID)) or {}
+        if recorded_alive(record):  # (only where the lock is held, or locks are missing)
+            send_signal(int(record["pid"]), signal.SIGUSR1)  # wake it to take the requests
+            return int(record["pid"])
+        if held:
             return None  # starting: it looks for requests once it has recorded itself
-        except OSError:  # no locks on this file system (an NFS without lockd): the record
-            record = read_json(os.path.join(run_dir, KEEPER_PID)) or {}
-            if recorded_alive(record):
-                send_signal(int(record["pid"]), signal.SIGUSR1)
-                return int(record["pid"])
         import subprocess  # noqa: F401  # imported once here: not by each task's thread, in turn
         import threading  # noqa: F401
 
